@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages aah needs to build and test. Idempotent: installs only what is missing.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev   # BLAS for matrix products (OpenMP threading, shares the pool with our kernels)
+  libomp-dev               # not required by g++, kept for clang builds
+  nlohmann-json3-dev       # JSON configs, metrics, safetensors headers
+  libcli11-dev             # command line
+  libpcre2-dev             # tokenizer regexes
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[setup] all packages present"
+  exit 0
+fi
+echo "[setup] installing: ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"

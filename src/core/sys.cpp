@@ -1,0 +1,52 @@
+#include "core/sys.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+namespace aah {
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+static double status_field_mb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  size_t klen = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, klen, key) == 0) return std::atof(line.c_str() + klen) / 1024.0;
+  return 0;
+}
+
+double peak_rss_mb() { return status_field_mb("VmHWM:"); }
+double current_rss_mb() { return status_field_mb("VmRSS:"); }
+
+size_t machine_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.compare(0, 9, "MemTotal:") == 0) return size_t(std::atoll(line.c_str() + 9)) * 1024;
+  return 0;
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+std::string format_duration(double s) {
+  char b[32];
+  if (s < 0 || s != s) return "?";
+  long t = long(s + 0.5);
+  if (t >= 3600)
+    std::snprintf(b, sizeof b, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60)
+    std::snprintf(b, sizeof b, "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(b, sizeof b, "%lds", t);
+  return b;
+}
+
+}  // namespace aah
