@@ -1,0 +1,75 @@
+// safetensors files (https://huggingface.co/docs/safetensors): 8-byte little-endian header length, a JSON header
+// {"name": {"dtype": "F32"|"BF16"|"F16"|..., "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
+// then the data. Reading validates everything against the file (lengths, offsets, overlaps, shape products,
+// dtypes) and converts BF16/F16/F32 to fp32; every error names the file and the tensor.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace aah {
+
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype;            // "F32", "BF16", "F16", "F64", "I32", "I64", "U8", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data section
+  int64_t numel() const;
+};
+
+class SafetensorsReader {
+ public:
+  // Opens and validates the header; throws aah::Error naming the file and what is wrong.
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool has(const std::string& name) const;
+  const SafetensorsTensor& tensor(const std::string& name) const;  // error if missing
+
+  // Reads tensor `name` into dst (fp32), converting from F32/BF16/F16/F64. If `expected_shape` is non-empty it
+  // must equal the stored shape: "[safetensors] FILE: tensor 'wq' has shape (64, 32), expected (64, 64)".
+  void read_f32(const std::string& name, float* dst, const std::vector<int64_t>& expected_shape) const;
+  // Raw bytes of a tensor of the given dtype (e.g. "U8", "I64", "F64"), with shape check as above.
+  void read_raw(const std::string& name, const std::string& dtype, void* dst,
+                const std::vector<int64_t>& expected_shape) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0, file_size_ = 0;
+  std::vector<SafetensorsTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Collects tensors (the data pointers must stay valid until write()) and writes one file, atomically (temp file,
+// fsync, rename, fsync of the directory). Tensors are written in the order added; names must be unique.
+class SafetensorsWriter {
+ public:
+  void add_f32(const std::string& name, const float* data, std::vector<int64_t> shape);
+  void add_raw(const std::string& name, const std::string& dtype, const void* data, size_t bytes,
+               std::vector<int64_t> shape);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  void write(const std::string& path) const;
+
+ private:
+  struct Item {
+    SafetensorsTensor info;
+    const void* data;
+  };
+  std::vector<Item> items_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Conversions used by the reader (exposed for tests): IEEE binary16 and bfloat16 to fp32, and fp32 to bf16 with
+// round-to-nearest-even.
+float f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_bf16(float f);
+
+}  // namespace aah

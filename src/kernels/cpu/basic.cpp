@@ -1,0 +1,222 @@
+// Fast kernels for everything but attention. Shape legend in kernels/ops.h.
+// Threads: OpenMP with static schedules. Reductions over rows (parameter gradients) are split by channel, never
+// by row, so every sum is taken in the same order whatever the thread count: results are bitwise reproducible.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/vec_math.h"
+#include "kernels/ops.h"
+
+namespace aah::cpu {
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) std::memcpy(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, sizeof(float) * C);
+}
+
+// Each thread owns a block of channels and scans all rows in order: deterministic, no races.
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) {
+  constexpr int kBlock = 16;
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+    for (int n = 0; n < N; n++) {
+      float* d = dwte + (int64_t)tokens[n] * C;
+      const float* g = dout + (int64_t)n * C;
+      for (int c = c0; c < c1; c++) d[c] += g[c];
+    }
+  }
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* xn = x + (int64_t)n * C;
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += xn[c] * xn[c];
+    const float r = 1.0f / std::sqrt(ss / C + eps);
+    rstd[n] = r;
+    float* on = out + (int64_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) on[c] = xn[c] * r * w[c];
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int N, int C) {
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int n = 0; n < N; n++) {
+      const float* xn = x + (int64_t)n * C;
+      const float* dn = dout + (int64_t)n * C;
+      const float r = rstd[n];
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < C; c++) dot += dn[c] * w[c] * xn[c];
+      dot *= r / C;
+      float* dxn = dx + (int64_t)n * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) dxn[c] = r * (dn[c] * w[c] - xn[c] * r * dot);
+    }
+    // dw: split by channel blocks so each sum over rows runs in row order.
+    constexpr int kBlock = 16;
+    const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+      const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+      float acc[kBlock] = {};
+      for (int n = 0; n < N; n++) {
+        const float* xn = x + (int64_t)n * C;
+        const float* dn = dout + (int64_t)n * C;
+        const float r = rstd[n];
+        for (int c = c0; c < c1; c++) acc[c - c0] += dn[c] * xn[c] * r;
+      }
+      for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    }
+  }
+}
+
+void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
+                     int OC) {
+  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+}
+
+void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int T, int H, int Hkv, int D) {
+  const int W = (H + 2 * Hkv) * D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const float* row = qkv + ((int64_t)b * T + t) * W;
+      for (int h = 0; h < H; h++) std::memcpy(q + (((int64_t)b * H + h) * T + t) * D, row + h * D, D * 4);
+      for (int h = 0; h < Hkv; h++) {
+        std::memcpy(k + (((int64_t)b * Hkv + h) * T + t) * D, row + (H + h) * D, D * 4);
+        std::memcpy(v + (((int64_t)b * Hkv + h) * T + t) * D, row + (H + Hkv + h) * D, D * 4);
+      }
+    }
+}
+
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int B, int T, int H,
+                        int Hkv, int D) {
+  const int W = (H + 2 * Hkv) * D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      float* row = dqkv + ((int64_t)b * T + t) * W;
+      for (int h = 0; h < H; h++) std::memcpy(row + h * D, dq + (((int64_t)b * H + h) * T + t) * D, D * 4);
+      for (int h = 0; h < Hkv; h++) {
+        std::memcpy(row + (H + h) * D, dk + (((int64_t)b * Hkv + h) * T + t) * D, D * 4);
+        std::memcpy(row + (H + Hkv + h) * D, dv + (((int64_t)b * Hkv + h) * T + t) * D, D * 4);
+      }
+    }
+}
+
+void heads_merge_forward(float* out, const float* inp, int B, int H, int T, int D) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++)
+        std::memcpy(out + (((int64_t)b * T + t) * H + h) * D, inp + (((int64_t)b * H + h) * T + t) * D, D * 4);
+}
+
+void heads_merge_backward(float* dinp, const float* dout, int B, int H, int T, int D) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++)
+        std::memcpy(dinp + (((int64_t)b * H + h) * T + t) * D, dout + (((int64_t)b * T + t) * H + h) * D, D * 4);
+}
+
+// sign = +1 rotates by the angle (forward), -1 by its negative (the transpose, for backward).
+static void rope_rotate(float* x, const float* cos, const float* sin, int BH, int T, int D, float sign) {
+  const int half = D / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int bh = 0; bh < BH; bh++)
+    for (int t = 0; t < T; t++) {
+      float* r = x + ((int64_t)bh * T + t) * D;
+      const float* c = cos + (int64_t)t * half;
+      const float* s = sin + (int64_t)t * half;
+#pragma omp simd
+      for (int i = 0; i < half; i++) {
+        const float x1 = r[i], x2 = r[i + half], si = sign * s[i];
+        r[i] = x1 * c[i] - x2 * si;
+        r[i + half] = x2 * c[i] + x1 * si;
+      }
+    }
+}
+
+void rope_forward(float* x, const float* cos, const float* sin, int BH, int T, int D) {
+  rope_rotate(x, cos, sin, BH, T, D, 1.0f);
+}
+void rope_backward(float* dx, const float* cos, const float* sin, int BH, int T, int D) {
+  rope_rotate(dx, cos, sin, BH, T, D, -1.0f);
+}
+
+static inline float sigmoid(float g) { return 1.0f / (1.0f + exp_scalar(-g)); }
+
+void swiglu_forward(float* out, const float* h, int N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = h + (int64_t)n * 2 * F;
+    const float* u = g + F;
+    float* o = out + (int64_t)n * F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) o[f] = g[f] * sigmoid(g[f]) * u[f];
+  }
+}
+
+void swiglu_backward(float* dh, const float* dout, const float* h, int N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* g = h + (int64_t)n * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + (int64_t)n * F;
+    float* dg = dh + (int64_t)n * 2 * F;
+    float* du = dg + F;
+#pragma omp simd
+    for (int f = 0; f < F; f++) {
+      const float sig = sigmoid(g[f]);
+      dg[f] = d[f] * u[f] * sig * (1.0f + g[f] * (1.0f - sig));
+      du[f] = d[f] * g[f] * sig;
+    }
+  }
+}
+
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                   int N, int V, float dscale) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* l = logits + (int64_t)n * V;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int i = 0; i < V; i++) mx = std::fmax(mx, l[i]);
+    const float target_logit = l[targets[n]];
+    if (dlogits) {
+      float* d = dlogits + (int64_t)n * V;
+      const float sum = exp_shifted_sum(d, l, mx, V);  // d holds exp(l - mx) for now
+      losses[n] = mx + std::log(sum) - target_logit;
+      const float scale = dscale / sum;
+#pragma omp simd
+      for (int i = 0; i < V; i++) d[i] *= scale;
+      d[targets[n]] -= dscale;
+    } else {
+      thread_local std::vector<float> row;  // grown once per thread, reused
+      if ((int)row.size() < V) row.resize(V);
+      const float sum = exp_shifted_sum(row.data(), l, mx, V);
+      losses[n] = mx + std::log(sum) - target_logit;
+    }
+  }
+}
+
+}  // namespace aah::cpu

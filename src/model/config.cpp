@@ -1,0 +1,232 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <variant>
+
+#include "core/check.h"
+
+namespace aah {
+
+namespace {
+
+using json = nlohmann::json;
+using FieldPtr = std::variant<int*, int64_t*, double*, bool*, std::string*, std::vector<int>*>;
+
+struct Field {
+  std::string key;  // dotted name, e.g. "train.lr"
+  FieldPtr ptr;
+  const char* help;
+};
+
+std::vector<Field> fields(Config& c) {
+  ModelConfig& m = c.model;
+  TrainConfig& t = c.train;
+  AahConfig& a = c.aah;
+  return {
+      {"hidden_size", &m.hidden_size, "model width C"},
+      {"intermediate_size", &m.intermediate_size, "SwiGLU hidden width F"},
+      {"num_hidden_layers", &m.num_hidden_layers, "number of decoder blocks L"},
+      {"num_attention_heads", &m.num_attention_heads, "query heads H"},
+      {"num_key_value_heads", &m.num_key_value_heads, "key/value heads (divides H; < H is grouped-query)"},
+      {"head_dim", &m.head_dim, "per-head dimension D (even)"},
+      {"vocab_size", &m.vocab_size, "vocabulary size V (must cover the data's tokenizer)"},
+      {"rope_theta", &m.rope_theta, "RoPE base"},
+      {"rms_norm_eps", &m.rms_norm_eps, "RMSNorm epsilon"},
+      {"tie_word_embeddings", &m.tie_word_embeddings, "LM head shares the embedding matrix"},
+      {"aah.qk_norm", &m.qk_norm, "per-head RMSNorm of q and k before RoPE (Qwen3)"},
+      {"train.steps", &t.steps, "optimizer steps"},
+      {"train.batch_size", &t.batch_size, "sequences per micro-batch"},
+      {"train.context", &t.context, "tokens per sequence T"},
+      {"train.grad_accum", &t.grad_accum, "micro-batches per optimizer step"},
+      {"train.lr", &t.lr, "peak learning rate"},
+      {"train.min_lr", &t.min_lr, "learning rate at the end of the cosine decay"},
+      {"train.warmup_steps", &t.warmup_steps, "linear warmup steps"},
+      {"train.weight_decay", &t.weight_decay, "AdamW decoupled weight decay (matrices only)"},
+      {"train.beta1", &t.beta1, "AdamW beta1"},
+      {"train.beta2", &t.beta2, "AdamW beta2"},
+      {"train.adam_eps", &t.adam_eps, "AdamW epsilon"},
+      {"train.grad_clip", &t.grad_clip, "global gradient-norm clip (0: off)"},
+      {"train.seed", &t.seed, "seed of initialization and data sampling"},
+      {"train.log_interval", &t.log_interval, "steps between metrics.jsonl lines"},
+      {"train.eval_interval", &t.eval_interval, "steps between validation evaluations (0: only at the end)"},
+      {"train.eval_windows", &t.eval_windows, "validation windows of context+1 tokens"},
+      {"train.checkpoint_steps", &t.checkpoint_steps, "steps to checkpoint at, e.g. [1000,5000]"},
+      {"train.checkpoint_interval", &t.checkpoint_interval, "also checkpoint every N steps (0: off)"},
+      {"train.nonfinite", &t.nonfinite, "on a non-finite loss or gradient: skip the step, or stop"},
+      {"aah.regime", &a.regime, "window policy (full)"},
+      {"aah.attention", &a.attention, "attention execution: local (tiled, skips masked work) or dense"},
+  };
+}
+
+// HF config.json keys that describe the model but are not settable here; accepted and ignored on input.
+bool ignored_key(const std::string& k) {
+  static const char* keys[] = {"architectures", "model_type", "torch_dtype", "transformers_version",
+                               "bos_token_id", "eos_token_id", "hidden_act", "initializer_range",
+                               "max_position_embeddings", "max_window_layers", "rope_scaling", "sliding_window",
+                               "use_cache", "use_sliding_window", "attention_bias", "attention_dropout",
+                               "pad_token_id", "layer_types"};
+  for (const char* s : keys)
+    if (k == s) return true;
+  return false;
+}
+
+void assign(const Field& f, const json& v, const std::string& source) {
+  auto bad = [&](const char* want) {
+    fail("[config] ", source, ": key '", f.key, "' must be ", want, ", got ", v.dump());
+  };
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) bad("true or false");
+          *p = v.get<bool>();
+        } else if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) {
+          if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::isfinite(v.get<double>()) &&
+              std::fabs(v.get<double>()) < 9e15)
+            *p = T(v.get<double>());
+          else if (v.is_number_integer()) {
+            int64_t x = v.get<int64_t>();
+            if constexpr (std::is_same_v<T, int>)
+              if (x < INT32_MIN || x > INT32_MAX) bad("an integer in 32-bit range");
+            *p = T(x);
+          } else
+            bad("an integer");
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!v.is_number()) bad("a number");
+          double x = v.get<double>();
+          if (!std::isfinite(x)) bad("a finite number");
+          *p = x;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) bad("a string");
+          *p = v.get<std::string>();
+        } else {
+          if (v.is_number_integer()) {
+            *p = {v.get<int>()};
+            return;
+          }
+          if (!v.is_array()) bad("a list of integers");
+          p->clear();
+          for (auto& e : v) {
+            if (!e.is_number_integer()) bad("a list of integers");
+            p->push_back(e.get<int>());
+          }
+        }
+      },
+      f.ptr);
+}
+
+json field_value(const Field& f) {
+  return std::visit([](auto* p) { return json(*p); }, f.ptr);
+}
+
+const Field* find_field(const std::vector<Field>& fs, const std::string& key) {
+  for (auto& f : fs)
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+void apply_object(Config& cfg, const std::vector<Field>& fs, const json& j, const std::string& prefix,
+                  const std::string& source) {
+  for (auto& [k, v] : j.items()) {
+    std::string key = prefix + k;
+    if (prefix.empty() && (k == "train" || k == "aah")) {
+      if (!v.is_object()) fail("[config] ", source, ": key '", k, "' must be an object");
+      apply_object(cfg, fs, v, k + ".", source);
+      continue;
+    }
+    if (prefix.empty() && ignored_key(k)) continue;
+    const Field* f = find_field(fs, key);
+    if (!f) fail("[config] ", source, ": unknown key '", key, "' (aah --help-config lists the keys)");
+    assign(*f, v, source);
+  }
+}
+
+}  // namespace
+
+void config_apply_json(Config& cfg, const json& j, const std::string& source) {
+  if (!j.is_object()) fail("[config] ", source, ": expected a JSON object");
+  apply_object(cfg, fields(cfg), j, "", source);
+}
+
+void config_set(Config& cfg, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) fail("[config] --set '", assignment, "': expected key=value");
+  std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  auto fs = fields(cfg);
+  const Field* f = find_field(fs, key);
+  if (!f) fail("[config] --set: unknown key '", key, "' (aah --help-config lists the keys)");
+  json v = json::parse(text, nullptr, false);
+  if (v.is_discarded() || std::holds_alternative<std::string*>(f->ptr)) v = text;  // bare words are strings
+  assign(*f, v, "--set");
+}
+
+void config_validate(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const TrainConfig& t = cfg.train;
+  auto need = [](bool ok, const char* key, const std::string& what) {
+    if (!ok) fail("[config] key '", key, "' ", what);
+  };
+  need(m.hidden_size > 0, "hidden_size", "must be > 0");
+  need(m.intermediate_size > 0, "intermediate_size", "must be > 0");
+  need(m.num_hidden_layers > 0, "num_hidden_layers", "must be > 0");
+  need(m.num_attention_heads > 0, "num_attention_heads", "must be > 0");
+  need(m.num_key_value_heads > 0 && m.num_attention_heads % m.num_key_value_heads == 0, "num_key_value_heads",
+       str_cat("must divide num_attention_heads (", m.num_attention_heads, "), got ", m.num_key_value_heads));
+  need(m.head_dim > 0 && m.head_dim % 2 == 0, "head_dim", "must be even and > 0 (RoPE rotates pairs)");
+  need(m.vocab_size > 1, "vocab_size", "must be > 1");
+  need(m.rope_theta > 0, "rope_theta", "must be > 0");
+  need(m.rms_norm_eps > 0, "rms_norm_eps", "must be > 0");
+  need(t.steps > 0, "train.steps", "must be > 0");
+  need(t.batch_size > 0, "train.batch_size", "must be > 0");
+  need(t.context > 0, "train.context", "must be > 0");
+  need(t.grad_accum > 0, "train.grad_accum", "must be > 0");
+  need(t.lr > 0, "train.lr", "must be > 0");
+  need(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
+  need(t.warmup_steps >= 0, "train.warmup_steps", "must be >= 0");
+  need(t.weight_decay >= 0, "train.weight_decay", "must be >= 0");
+  need(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "must be in [0, 1)");
+  need(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "must be in [0, 1)");
+  need(t.adam_eps > 0, "train.adam_eps", "must be > 0");
+  need(t.grad_clip >= 0, "train.grad_clip", "must be >= 0");
+  need(t.log_interval > 0, "train.log_interval", "must be > 0");
+  need(t.eval_interval >= 0, "train.eval_interval", "must be >= 0");
+  need(t.eval_windows > 0, "train.eval_windows", "must be > 0");
+  need(t.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0");
+  for (int s : t.checkpoint_steps) need(s > 0, "train.checkpoint_steps", "entries must be > 0");
+  need(t.nonfinite == "skip" || t.nonfinite == "stop", "train.nonfinite", "must be skip or stop");
+  need(cfg.aah.regime == "full", "aah.regime", str_cat("'", cfg.aah.regime, "' is not a known regime (full)"));
+  need(cfg.aah.attention == "local" || cfg.aah.attention == "dense", "aah.attention", "must be local or dense");
+  const double params = double(m.vocab_size) * m.hidden_size * (m.tie_word_embeddings ? 1 : 2) +
+                        double(m.num_hidden_layers) * m.hidden_size *
+                            (double(m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim +
+                             double(m.num_attention_heads) * m.head_dim + 3.0 * m.intermediate_size);
+  need(params < 2e9, "hidden_size", str_cat("gives ", params / 1e9, "B parameters; aah trains up to 2B"));
+}
+
+json config_to_json(const Config& cfg) {
+  Config copy = cfg;
+  json j;
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
+  j["torch_dtype"] = "float32";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["max_position_embeddings"] = cfg.train.context;
+  for (auto& f : fields(copy)) {
+    auto dot = f.key.find('.');
+    if (dot == std::string::npos)
+      j[f.key] = field_value(f);
+    else
+      j[f.key.substr(0, dot)][f.key.substr(dot + 1)] = field_value(f);
+  }
+  return j;
+}
+
+std::vector<std::pair<std::string, std::string>> config_describe(const Config& cfg) {
+  Config copy = cfg;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& f : fields(copy)) out.push_back({f.key, str_cat(field_value(f).dump(), "  ", f.help)});
+  return out;
+}
+
+}  // namespace aah

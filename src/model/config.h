@@ -1,0 +1,70 @@
+// Run configuration: the model (Hugging Face Qwen3 key names), training (train.*) and the attention-window policy
+// (aah.*). One table of fields drives reading JSON, --set key=value, validation messages and writing config.json.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace aah {
+
+struct ModelConfig {
+  int hidden_size = 256;        // C
+  int intermediate_size = 704;  // F
+  int num_hidden_layers = 4;    // L
+  int num_attention_heads = 8;  // H
+  int num_key_value_heads = 8;  // Hkv, divides H
+  int head_dim = 32;            // D
+  int vocab_size = 8192;        // V
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = true;
+  bool qk_norm = true;  // per-head RMSNorm of q and k (Qwen3 has it; not an HF config key, stored under aah)
+  int max_position_embeddings = 1024;  // written to config.json as train.context
+};
+
+struct TrainConfig {
+  int steps = 1000;
+  int batch_size = 4;  // sequences per micro-batch
+  int context = 256;   // T
+  int grad_accum = 1;  // micro-batches per optimizer step
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  int64_t seed = 0;
+  int log_interval = 10;
+  int eval_interval = 100;  // 0: only at the end
+  int eval_windows = 32;    // validation windows of context+1 tokens
+  std::vector<int> checkpoint_steps = {};  // explicit steps; the last step is always checkpointed
+  int checkpoint_interval = 0;             // also every N steps when > 0
+  std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop"
+};
+
+struct AahConfig {
+  std::string regime = "full";      // the window policy; only "full" until the controller lands
+  std::string attention = "local";  // "local" (tiled, skips masked work) or "dense" (T x T scores + mask)
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  AahConfig aah;
+};
+
+// Applies a JSON object (a config file, or a run's config.json) on top of cfg. Unknown keys and wrong types are
+// errors naming the key and `source`. HF keys that aah does not use (architectures, torch_dtype, ...) are ignored.
+void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& source);
+// "train.lr=3e-4", "hidden_size=512", "aah.attention=dense", "train.checkpoint_steps=[100,200]".
+void config_set(Config& cfg, const std::string& assignment);
+// Checks ranges and relations (H % Hkv == 0, D even, ...); errors name the key.
+void config_validate(const Config& cfg);
+// config.json of a run: Qwen3 fields, architectures, plus "train" and "aah" blocks.
+nlohmann::json config_to_json(const Config& cfg);
+// Every settable key with its current value and a one-line description (for --help and the README).
+std::vector<std::pair<std::string, std::string>> config_describe(const Config& cfg);
+
+}  // namespace aah

@@ -1,0 +1,142 @@
+// The Qwen3-style decoder, written once as a template on its element type: Model<float> runs the fast kernels,
+// Model<double> the scalar references (for gradient checks). Straight-line forward and backward, like llm.c.
+//
+// B batch, T positions, N = B*T, C hidden, L layers, H query heads, Hkv key/value heads, D head dim,
+// F intermediate size, V vocabulary, QKV = (H + 2 Hkv) D.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+
+namespace aah {
+
+// One Hugging Face tensor as a slice of the flat parameter buffer.
+struct ParamTensor {
+  std::string name;            // e.g. "model.layers.3.self_attn.q_proj.weight"
+  size_t offset = 0, numel = 0;
+  std::vector<int64_t> shape;
+  bool decay = false;          // AdamW weight decay applies (matrices only)
+};
+
+// All parameters live in one allocation; these point into it. Per-layer tensors are stacked over L.
+template <class real>
+struct Params {
+  real* embed;      // (V, C)
+  real* ln1;        // (L, C)    input_layernorm
+  real* wqkv;       // (L, QKV, C) rows: q_proj (H D), k_proj (Hkv D), v_proj (Hkv D)
+  real* q_norm;     // (L, D)
+  real* k_norm;     // (L, D)
+  real* wo;         // (L, C, H D)
+  real* ln2;        // (L, C)    post_attention_layernorm
+  real* w_gate_up;  // (L, 2F, C) rows: gate_proj (F), up_proj (F)
+  real* w_down;     // (L, C, F)
+  real* norm_f;     // (C)
+  real* lm_head;    // (V, C), equal to embed when tied
+};
+
+// Activations kept for backward, each sized for the largest (B, T) the model was built for.
+template <class real>
+struct Activations {
+  real* x;       // (L + 1, N, C) residual stream entering each layer, and after the last
+  real* xa;      // (L, N, C) residual after the attention half
+  real* ln1;     // (L, N, C)
+  real* rstd1;   // (L, N)
+  real* q_pre;   // (L, B, H, T, D) before QK-norm
+  real* k_pre;   // (L, B, Hkv, T, D)
+  real* rstd_q;  // (L, B H T)
+  real* rstd_k;  // (L, B Hkv T)
+  real* q;       // (L, B, H, T, D) after QK-norm and RoPE
+  real* k;       // (L, B, Hkv, T, D)
+  real* v;       // (L, B, Hkv, T, D)
+  real* att;     // (L, B, H, T, D) attention output per head
+  real* lse;     // (L, B, H, T)
+  real* ln2;     // (L, N, C)
+  real* rstd2;   // (L, N)
+  real* h;       // (L, N, 2F) gate | up
+  real* act;     // (L, N, F) silu(gate) * up
+  real* lnf;     // (N, C)
+  real* rstdf;   // (N)
+  real* logits;  // (N, V), overwritten by dlogits in backward
+  real* losses;  // (N)
+  // scratch shared by all layers
+  real* qkv;     // (N, QKV)  projection output / its gradient
+  real* merged;  // (N, H D)  heads concatenated / its gradient
+  real* dres;    // (N, C)    gradient of the residual stream
+  real* dtmp;    // (N, C)
+  real* dln;     // (N, C)
+  real* dact;    // (N, F)
+  real* dh;      // (N, 2F)
+  real* dq;      // (B, H, T, D)
+  real* dk;      // (B, Hkv, T, D)
+  real* dv;      // (B, Hkv, T, D)
+  real* dq_pre;  // (B, H, T, D)
+  real* dk_pre;  // (B, Hkv, T, D)
+};
+
+template <class real>
+class Model {
+ public:
+  // Allocates parameters, gradients and activations for micro-batches of up to (max_B, max_T), once.
+  Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  size_t num_params() const { return num_params_; }
+  real* params_data() { return param_base_; }
+  real* grads_data() { return grad_base_; }
+  Params<real>& params() { return p_; }
+  Params<real>& grads() { return g_; }
+
+  // normal(0, 0.02) matrices, output projections (o_proj, down_proj) scaled by 1/sqrt(2L), norms = 1.
+  void init_weights(uint64_t seed);
+
+  // Windows in force, one per (layer, head); full (T) by default. Set by the window policy.
+  std::vector<int>& windows() { return windows_; }
+  void set_full_windows(int T);
+  bool dense_attention = false;  // aah.attention = dense: T x T scores + mask (comparison path)
+  AttnCounters counters;         // attention work, accumulated over calls
+  // When non-null, the forward fills per-layer diagnostics (L x H each) for the controller.
+  double* diag_entropy = nullptr;
+  double* diag_out_norm = nullptr;
+  double* diag_usage = nullptr;
+
+  // Forward over tokens (B, T); when targets is non-null, returns the mean loss and (if grad_scale != 0) writes
+  // dlogits scaled by grad_scale (for backward). Per-position losses are left in acts().losses.
+  double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 0);
+  // Backward of the last forward; accumulates (+=) parameter gradients.
+  void backward(const int32_t* tokens, int B, int T);
+  void zero_grads();
+
+  const Activations<real>& acts() const { return a_; }
+  const real* logits() const { return a_.logits; }
+
+ private:
+  void build_tensor_table();
+  void compute_rope(int T);
+
+  ModelConfig cfg_;
+  int max_B_, max_T_;
+  std::vector<ParamTensor> tensors_;
+  size_t num_params_ = 0;
+  real* param_base_ = nullptr;
+  real* grad_base_ = nullptr;
+  real* act_base_ = nullptr;
+  Params<real> p_{}, g_{};
+  Activations<real> a_{};
+  Buffer<real> rope_cos_, rope_sin_;  // (max_T, D/2)
+  std::vector<int> windows_;          // (L, H)
+  std::vector<size_t> block_offsets_;  // start of each stacked parameter block
+  bool keep_per_layer_ = true;         // activations kept per layer (training) or one slot reused (inference)
+};
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace aah
