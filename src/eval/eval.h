@@ -1,0 +1,24 @@
+// Validation loss: mean next-token loss over consecutive, non-overlapping windows of context+1 tokens from the
+// start of the token stream (stride = context), as many as `max_windows` (fewer if the stream is shorter).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace aah {
+
+struct EvalResult {
+  double loss = 0;
+  double ppl = 0;
+  int windows = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_s = 0;
+};
+
+// Runs in micro-batches of up to model's max batch; context T must not exceed the model's max T.
+EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, int context, int max_windows,
+                     int batch_size);
+
+}  // namespace aah

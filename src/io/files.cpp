@@ -1,0 +1,161 @@
+#include "io/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace aah {
+
+namespace {
+
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Owns a file descriptor; closes it on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic_parts(path, {{bytes.data(), bytes.size()}});
+}
+
+void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan>& parts) {
+  std::string tmp = str_cat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("[file] ", path, ": cannot create temporary file ", tmp, ": ", std::strerror(errno));
+
+  // On any failure: close, remove the temp file, and leave any previous `path` untouched.
+  auto abandon = [&](const char* what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    const char* hint = (err == ENOSPC || err == EDQUOT) ? " (the disk may be full)" : "";
+    fail("[file] ", path, ": ", what, ": ", std::strerror(err), hint);
+  };
+
+  for (const ByteSpan& part : parts) {
+    const char* p = static_cast<const char*>(part.data);
+    size_t left = part.size;
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) abandon("write failed", errno);
+      if (n == 0) abandon("write failed", ENOSPC);  // write() made no progress
+      p += n;
+      left -= size_t(n);
+    }
+  }
+  if (::fsync(fd) != 0) abandon("fsync failed", errno);
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail("[file] ", path, ": close failed: ", std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail("[file] ", path, ": cannot rename ", tmp, " over it: ", std::strerror(err));
+  }
+  fsync_dir(parent_dir(path));
+}
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) fail("[file] ", path, ": cannot open: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0) fail("[file] ", path, ": cannot stat: ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail("[file] ", path, ": is a directory");
+  if (S_ISREG(st.st_mode) && uint64_t(st.st_size) > max_bytes)
+    fail("[file] ", path, ": is ", st.st_size, " bytes, more than the limit of ", max_bytes);
+
+  // Read to EOF rather than trusting st_size (pipes, files that change while being read).
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(size_t(st.st_size));
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    ssize_t n = ::read(f.fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("[file] ", path, ": read failed: ", std::strerror(errno));
+    if (n == 0) break;
+    out.append(buf.data(), size_t(n));
+    if (out.size() > max_bytes) fail("[file] ", path, ": is more than the limit of ", max_bytes, " bytes");
+  }
+  return out;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: <detail>"; keep the detail.
+    // e.byte counts from 1 (the offending character).
+    std::string what = e.what();
+    size_t at = what.find(": ");
+    std::string detail = at == std::string::npos ? what : what.substr(at + 2);
+    fail("[json] ", path, ": parse error at byte ", e.byte, ": ", detail);
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool dir_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void make_dirs(const std::string& path) {
+  if (path.empty()) return;
+  // Create each prefix ending before a '/', then the path itself.
+  for (size_t i = 1; i <= path.size(); i++) {
+    if (i < path.size() && path[i] != '/') continue;
+    std::string prefix = path.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    int err = errno;
+    if (err == EEXIST && dir_exists(prefix)) continue;
+    if (err == EEXIST) fail("[file] ", path, ": cannot create directory: ", prefix, " exists and is not a directory");
+    fail("[file] ", path, ": cannot create directory ", prefix, ": ", std::strerror(err));
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  Fd f;
+  f.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (f.fd < 0) fail("[file] ", dir, ": cannot open directory: ", std::strerror(errno));
+  // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable as they allow.
+  if (::fsync(f.fd) != 0 && errno != EINVAL)
+    fail("[file] ", dir, ": fsync of directory failed: ", std::strerror(errno));
+}
+
+void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(tag, " ", path, ": read failed at byte ", offset, ": ", std::strerror(errno));
+    if (got == 0) fail(tag, " ", path, ": file ends at byte ", offset, ", ", n, " bytes short (changed while read?)");
+    p += got;
+    n -= size_t(got);
+    offset += uint64_t(got);
+  }
+}
+
+}  // namespace aah

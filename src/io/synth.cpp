@@ -1,0 +1,88 @@
+#include "io/synth.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "io/files.h"
+#include "io/shard.h"
+
+namespace aah {
+
+SynthCorpus synth_generate(const SynthOptions& o) {
+  const int first_word = 3 + o.keys;
+  if (o.vocab_size < first_word + 16) fail("[synth] vocab_size ", o.vocab_size, " too small for ", o.keys, " keys");
+  if (o.min_distance < 1 || o.max_distance < o.min_distance || o.doc_tokens <= o.max_distance + 8)
+    fail("[synth] need 1 <= min_distance <= max_distance < doc_tokens - 8");
+  Rng rng(o.seed);
+  const int words = o.vocab_size - first_word;
+  // The grammar: each word has 4 likely successors (80% of the mass) and otherwise jumps uniformly.
+  std::vector<int> succ(size_t(words) * 4);
+  for (auto& s : succ) s = int(rng.below(words));
+
+  SynthCorpus c;
+  int64_t total = 0;
+  while (total < o.tokens) {
+    const bool is_val = rng.uniform() < 0.05;
+    std::vector<int32_t>& out = is_val ? c.val : c.train;
+    const int len = int(o.doc_tokens / 2 + rng.below(o.doc_tokens));
+    std::vector<int32_t> doc;
+    doc.reserve(len);
+    doc.push_back(0);
+    // pending questions: (position to ask at, key, value)
+    struct Pending {
+      int at, key, value;
+    };
+    std::vector<Pending> pending;
+    int word = int(rng.below(words));
+    while (int(doc.size()) < len) {
+      const int pos = int(doc.size());
+      bool asked = false;
+      for (size_t i = 0; i < pending.size(); i++)
+        if (pending[i].at <= pos) {
+          doc.insert(doc.end(), {2, 3 + pending[i].key, pending[i].value});
+          pending.erase(pending.begin() + i);
+          c.recalls++;
+          asked = true;
+          break;
+        }
+      if (asked) continue;
+      if (rng.uniform() < 0.01 && pos + o.min_distance + 3 < len) {
+        const int key = int(rng.below(o.keys)), value = first_word + int(rng.below(words));
+        const int dist = o.min_distance + int(rng.below(o.max_distance - o.min_distance + 1));
+        doc.insert(doc.end(), {1, 3 + key, value});
+        pending.push_back({pos + 3 + dist, key, value});
+        continue;
+      }
+      word = rng.uniform() < 0.8 ? succ[size_t(word) * 4 + rng.below(4)] : int(rng.below(words));
+      doc.push_back(first_word + word);
+    }
+    out.insert(out.end(), doc.begin(), doc.end());
+    total += int64_t(doc.size());
+    c.documents++;
+    c.val_documents += is_val;
+  }
+  return c;
+}
+
+void synth_write(const std::string& dir, const SynthOptions& o) {
+  SynthCorpus c = synth_generate(o);
+  if (c.val.empty() || c.train.empty()) fail("[synth] --tokens ", o.tokens, " is too small to split train/val");
+  make_dirs(dir);
+  shard_write(dir + "/train.bin", c.train, uint32_t(o.vocab_size));
+  shard_write(dir + "/val.bin", c.val, uint32_t(o.vocab_size));
+  nlohmann::json meta = {{"source", "synth"},
+                         {"vocab_size", o.vocab_size},
+                         {"train_tokens", c.train.size()},
+                         {"val_tokens", c.val.size()},
+                         {"documents", c.documents},
+                         {"val_documents", c.val_documents},
+                         {"recalls", c.recalls},
+                         {"keys", o.keys},
+                         {"distance", {o.min_distance, o.max_distance}},
+                         {"seed", o.seed},
+                         {"split", "by document, about 5% validation"}};
+  write_file_atomic(dir + "/meta.json", meta.dump(2) + "\n");
+}
+
+}  // namespace aah

@@ -1,0 +1,241 @@
+#include "train/train.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/sys.h"
+#include "eval/eval.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "io/shard.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "train/optimizer.h"
+
+namespace aah {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct TrainState {
+  int step = 0;  // optimizer steps completed
+  Rng rng;       // data sampling
+  int64_t tokens_seen = 0;
+};
+
+bool is_checkpoint_step(const TrainConfig& t, int step) {
+  if (step == t.steps) return true;
+  if (t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) return true;
+  for (int s : t.checkpoint_steps)
+    if (s == step) return true;
+  return false;
+}
+
+void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& model, const AdamW& opt,
+                     const TrainState& st) {
+  const std::string step = std::to_string(st.step);
+  write_file_atomic(dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
+  weights_save(dir + "/model.safetensors", model, {{"format", "pt"}, {"step", step}});
+  SafetensorsWriter w;
+  const int64_t n = int64_t(opt.m.size());
+  w.add_f32("adamw.m", opt.m.data(), {n});
+  w.add_f32("adamw.v", opt.v.data(), {n});
+  int64_t scalars[3] = {st.step, opt.t, st.tokens_seen};
+  w.add_raw("counters", "I64", scalars, sizeof scalars, {3});  // step, adam t, tokens seen
+  w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
+  w.set_metadata("step", step);
+  w.write(dir + "/training_state.safetensors");
+}
+
+void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, TrainState& st) {
+  auto meta = weights_load(dir + "/model.safetensors", model);
+  const std::string path = dir + "/training_state.safetensors";
+  SafetensorsReader r(path);
+  const int64_t n = int64_t(opt.m.size());
+  r.read_f32("adamw.m", opt.m.data(), {n});
+  r.read_f32("adamw.v", opt.v.data(), {n});
+  int64_t scalars[3];
+  r.read_raw("counters", "I64", scalars, {3});
+  r.read_raw("rng", "I64", st.rng.s, {4});
+  st.step = int(scalars[0]);
+  opt.t = scalars[1];
+  st.tokens_seen = scalars[2];
+  if (meta.count("step") && meta["step"] != std::to_string(st.step))
+    fail("[checkpoint] ", dir, ": model.safetensors is from step ", meta["step"], " but training_state from step ",
+         st.step);
+}
+
+// Keeps metrics lines up to `step` (a resumed run rewrites what came after its checkpoint).
+void truncate_metrics(const std::string& path, int step) {
+  if (!file_exists(path)) return;
+  std::ifstream f(path);
+  std::string line, kept;
+  while (std::getline(f, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int>() <= step)
+      kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
+bool run_dir_has_results(const std::string& dir) {
+  for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "metrics.jsonl"})
+    if (file_exists(dir + "/" + f)) return true;
+  return false;
+}
+
+}  // namespace
+
+int train_run(const TrainOptions& o) {
+  Config cfg = o.config;
+  if (o.resume) {
+    cfg = run_config_load(o.out_dir);
+    if (!file_exists(o.out_dir + "/training_state.safetensors"))
+      fail("[train] --resume ", o.out_dir, ": no checkpoint yet (training_state.safetensors missing)");
+  } else if (run_dir_has_results(o.out_dir) && !o.force) {
+    fail("[train] ", o.out_dir, " already holds a run: use --resume to continue it or --force to overwrite it");
+  }
+  for (const auto& s : o.sets) config_set(cfg, s);
+  config_validate(cfg);
+  const ModelConfig& mc = cfg.model;
+  const TrainConfig& tc = cfg.train;
+
+  TokenShard train = shard_read(o.data_dir + "/train.bin");
+  TokenShard val = shard_read(o.data_dir + "/val.bin");
+  for (const TokenShard* s : {&train, &val})
+    if (int64_t(s->vocab_size) > mc.vocab_size)
+      fail("[train] ", s->path, " has vocabulary ", s->vocab_size, " but the model's vocab_size is ", mc.vocab_size,
+           ": --set vocab_size=", s->vocab_size);
+  const int B = tc.batch_size, T = tc.context;
+  if (int64_t(train.tokens.size()) < T + 1)
+    fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
+
+  make_dirs(o.out_dir);
+  Model<float> model(mc, B, T);
+  model.dense_attention = cfg.aah.attention == "dense";
+  AdamW opt;
+  opt.init(model);
+  TrainState st;
+  st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
+  if (o.resume) {
+    load_checkpoint(o.out_dir, model, opt, st);
+    if (st.step >= tc.steps) {
+      std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
+      return 0;
+    }
+    truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
+    std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
+  } else {
+    model.init_weights(uint64_t(tc.seed));
+    write_file_atomic(o.out_dir + "/metrics.jsonl", "");
+    write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
+  }
+  if (!o.quiet)
+    std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
+                 model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
+
+  std::FILE* metrics = std::fopen((o.out_dir + "/metrics.jsonl").c_str(), "a");
+  if (!metrics) fail("[train] cannot open ", o.out_dir, "/metrics.jsonl for appending");
+  std::vector<int32_t> inp(size_t(B) * T), tgt(size_t(B) * T);
+  const int64_t max_start = int64_t(train.tokens.size()) - T - 1;
+  const float grad_scale = 1.0f / float(B * T * tc.grad_accum);
+  const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
+  const double t_start = now_seconds();
+  double t_log = t_start;
+  int steps_since_log = 0, first_step = st.step;
+  double loss_acc = 0;
+  int loss_count = 0;
+  int exit_code = 0;
+
+  while (st.step < tc.steps) {
+    model.zero_grads();
+    double loss = 0;
+    for (int micro = 0; micro < tc.grad_accum; micro++) {
+      for (int b = 0; b < B; b++) {
+        const int64_t s = int64_t(st.rng.below(uint64_t(max_start + 1)));
+        std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b) * T);
+        std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b) * T);
+      }
+      loss += model.forward(inp.data(), tgt.data(), B, T, 1.0f) / tc.grad_accum;
+      model.backward(inp.data(), B, T);
+    }
+    // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
+    const double raw_norm = global_norm(model.grads_data(), model.num_params());
+    const double grad_norm = raw_norm * grad_scale;
+    const double lr = lr_at(tc, st.step);
+    st.tokens_seen += tokens_per_step;
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
+                   std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
+                   tc.nonfinite == "stop" ? "stopping" : "step skipped");
+      std::fprintf(metrics, "%s\n",
+                   json({{"step", st.step + 1}, {"event", "nonfinite"}, {"loss", std::isfinite(loss) ? loss : -1.0},
+                         {"skipped", tc.nonfinite != "stop"}})
+                       .dump()
+                       .c_str());
+      if (tc.nonfinite == "stop") {
+        exit_code = 3;
+        break;
+      }
+    } else {
+      float scale = grad_scale;
+      if (tc.grad_clip > 0 && grad_norm > tc.grad_clip) scale = float(grad_scale * tc.grad_clip / grad_norm);
+      opt.update(model.params_data(), model.grads_data(), model.num_params(), lr, tc, scale);
+      loss_acc += loss;
+      loss_count++;
+    }
+    st.step++;
+    steps_since_log++;
+
+    const bool last = st.step == tc.steps;
+    const bool eval_now = last || (tc.eval_interval > 0 && st.step % tc.eval_interval == 0);
+    if (st.step % tc.log_interval == 0 || last || eval_now) {
+      const double now = now_seconds();
+      const double tok_s = steps_since_log * tokens_per_step / std::max(1e-9, now - t_log);
+      const double elapsed = now - t_start;
+      const double eta = elapsed / std::max(1, st.step - first_step) * (tc.steps - st.step);
+      json line = {{"step", st.step},
+                   {"loss", loss_count ? loss_acc / loss_count : NAN},
+                   {"lr", lr},
+                   {"grad_norm", grad_norm},
+                   {"tokens_per_s", tok_s},
+                   {"peak_rss_mb", peak_rss_mb()},
+                   {"tokens", st.tokens_seen},
+                   {"elapsed_s", elapsed}};
+      if (eval_now) {
+        const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, B);
+        line["val_loss"] = ev.loss;
+        line["val_ppl"] = ev.ppl;
+      }
+      std::fprintf(metrics, "%s\n", line.dump().c_str());
+      std::fflush(metrics);
+      if (!o.quiet) {
+        std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s", int(std::to_string(tc.steps).size()),
+                     st.step, tc.steps, loss_count ? loss_acc / loss_count : NAN, lr, grad_norm, tok_s,
+                     format_duration(eta).c_str());
+        if (eval_now) std::fprintf(stderr, " | val %.4f", line["val_loss"].get<double>());
+        std::fprintf(stderr, "\n");
+      }
+      t_log = now_seconds();  // evaluation time is not training time
+      steps_since_log = 0;
+      loss_acc = 0;
+      loss_count = 0;
+    }
+    const bool stop_now = o.stop_after > 0 && st.step == o.stop_after;
+    if (is_checkpoint_step(tc, st.step) || stop_now) save_checkpoint(o.out_dir, cfg, model, opt, st);
+    if (stop_now) break;
+  }
+  std::fclose(metrics);
+  if (!o.quiet && exit_code == 0)
+    std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
+                 format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());
+  return exit_code;
+}
+
+}  // namespace aah

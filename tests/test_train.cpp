@@ -1,0 +1,202 @@
+// Training loop: loss falls on learnable data, resume continues bit-identically, config errors name the key.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "io/synth.h"
+#include "model/config.h"
+#include "train/optimizer.h"
+#include "train/train.h"
+
+namespace aah {
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/aah_train_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+Config tiny_config() {
+  Config c;
+  ModelConfig& m = c.model;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = 128;
+  TrainConfig& t = c.train;
+  t.steps = 40;
+  t.batch_size = 4;
+  t.context = 64;
+  t.grad_accum = 2;
+  t.lr = 3e-3;
+  t.min_lr = 3e-4;
+  t.warmup_steps = 5;
+  t.log_interval = 5;
+  t.eval_interval = 20;
+  t.eval_windows = 8;
+  return c;
+}
+
+std::string make_data() {
+  static std::string dir;
+  if (dir.empty()) {
+    dir = temp_dir();
+    SynthOptions so;
+    so.tokens = 60000;
+    so.vocab_size = 128;
+    so.doc_tokens = 512;
+    so.keys = 16;
+    so.min_distance = 16;
+    so.max_distance = 200;
+    synth_write(dir, so);
+  }
+  return dir;
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(run + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Train, LossFallsOnLearnableData) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  auto m = read_metrics(o.out_dir);
+  ASSERT_GE(m.size(), 8u);
+  const double first = m.front()["loss"], last = m.back()["loss"];
+  EXPECT_GT(first, std::log(128.0) - 0.5);  // starts near uniform
+  EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+  EXPECT_TRUE(m.back().contains("val_loss"));
+  EXPECT_LT(m.back()["val_loss"].get<double>(), first - 1.0);
+}
+
+TEST(Train, ResumeIsBitIdentical) {
+  Config cfg = tiny_config();
+  cfg.train.steps = 16;
+  cfg.train.log_interval = 1;
+  TrainOptions a;
+  a.data_dir = make_data();
+  a.out_dir = temp_dir();
+  a.config = cfg;
+  a.quiet = true;
+  ASSERT_EQ(train_run(a), 0);
+
+  TrainOptions b = a;
+  b.out_dir = temp_dir();
+  b.stop_after = 7;  // interrupted after step 7
+  ASSERT_EQ(train_run(b), 0);
+  EXPECT_EQ(read_metrics(b.out_dir).size(), 7u);
+  TrainOptions c = b;
+  c.stop_after = 0;
+  c.resume = true;
+  ASSERT_EQ(train_run(c), 0);
+
+  auto ma = read_metrics(a.out_dir), mb = read_metrics(b.out_dir);
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t i = 0; i < ma.size(); i++) {
+    EXPECT_EQ(ma[i]["step"], mb[i]["step"]);
+    EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << ma[i]["step"];
+    EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>());
+  }
+  // final weights bit for bit
+  SafetensorsReader ra(a.out_dir + "/model.safetensors"), rb(b.out_dir + "/model.safetensors");
+  ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
+  for (const auto& t : ra.tensors()) {
+    std::vector<float> wa(t.numel()), wb(t.numel());
+    ra.read_f32(t.name, wa.data(), t.shape);
+    rb.read_f32(t.name, wb.data(), t.shape);
+    EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * 4)) << t.name;
+  }
+}
+
+TEST(Train, RefusesToOverwriteARun) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.config.train.steps = 1;
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  try {
+    train_run(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  Config c;
+  EXPECT_NE(error_of([&] { config_set(c, "train.lrr=1"); }).find("'train.lrr'"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_set(c, "hidden_size=abc"); }).find("'hidden_size'"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_set(c, "train.steps=1.5"); }).find("'train.steps'"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              config_apply_json(c, nlohmann::json::parse(R"({"train": {"warmup": 3}})"), "x.json");
+            }).find("'train.warmup'"),
+            std::string::npos);
+  Config bad;
+  bad.model.num_key_value_heads = 3;
+  EXPECT_NE(error_of([&] { config_validate(bad); }).find("'num_key_value_heads'"), std::string::npos);
+  Config bad2;
+  config_set(bad2, "train.min_lr=1");
+  EXPECT_NE(error_of([&] { config_validate(bad2); }).find("'train.min_lr'"), std::string::npos);
+  // a valid set takes effect, lists parse
+  config_set(c, "train.checkpoint_steps=[10,20]");
+  EXPECT_EQ(c.train.checkpoint_steps, (std::vector<int>{10, 20}));
+  config_set(c, "aah.attention=dense");
+  EXPECT_EQ(c.aah.attention, "dense");
+}
+
+TEST(Config, RoundTripsThroughConfigJson) {
+  Config c;
+  config_set(c, "hidden_size=96");
+  config_set(c, "train.lr=0.00025");
+  config_set(c, "tie_word_embeddings=false");
+  nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(j["hidden_size"], 96);
+  EXPECT_EQ(j["train"]["lr"], 0.00025);
+  Config d;
+  config_apply_json(d, j, "config.json");
+  EXPECT_EQ(config_to_json(d), j);
+}
+
+TEST(Schedule, WarmupThenCosine) {
+  TrainConfig t;
+  t.lr = 1.0;
+  t.min_lr = 0.1;
+  t.warmup_steps = 10;
+  t.steps = 110;
+  EXPECT_DOUBLE_EQ(lr_at(t, 0), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(t, 9), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(t, 10), 1.0);
+  EXPECT_NEAR(lr_at(t, 60), 0.55, 1e-12);  // halfway: (1 + 0.1) / 2
+  EXPECT_NEAR(lr_at(t, 110), 0.1, 1e-12);
+}
+
+}  // namespace
+}  // namespace aah
