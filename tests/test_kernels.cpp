@@ -1,0 +1,220 @@
+// Fast kernels (kernels/cpu) against the scalar references (kernels/ref, in double) over many shapes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/cpu/vec_math.h"
+#include "kernels/ops.h"
+
+namespace aah {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(scale * r.normal());
+  return v;
+}
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// max |a - b| / (atol + rtol |b|) must stay below 1
+void expect_close(const std::vector<float>& a, const std::vector<double>& b, double rtol, double atol,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    const double e = std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i]));
+    if (!(e <= worst)) worst = e, at = i;
+  }
+  EXPECT_LE(worst, 1.0) << what << ": index " << at << " fast " << a[at] << " ref " << b[at];
+}
+
+struct Shape {
+  int N, C;
+};
+const Shape kShapes[] = {{1, 1}, {3, 7}, {17, 64}, {64, 256}, {129, 100}, {8, 1024}};
+
+TEST(Kernels, Embedding) {
+  for (auto [N, C] : kShapes) {
+    const int V = 11;
+    auto wte = randn(size_t(V) * C, 1);
+    std::vector<int32_t> tok(N);
+    Rng r(2);
+    for (auto& t : tok) t = int32_t(r.below(V));
+    std::vector<float> out(size_t(N) * C);
+    std::vector<double> outr(out.size());
+    cpu::embedding_forward(out.data(), tok.data(), wte.data(), N, C);
+    auto wd = to_double(wte);
+    ref::embedding_forward<double>(outr.data(), tok.data(), wd.data(), N, C);
+    expect_close(out, outr, 0, 0 + 1e-30, "embedding_forward");
+    auto dout = randn(size_t(N) * C, 3);
+    std::vector<float> dw(size_t(V) * C, 0.5f);
+    std::vector<double> dwr(dw.size(), 0.5);
+    cpu::embedding_backward(dw.data(), dout.data(), tok.data(), N, C);
+    auto dd = to_double(dout);
+    ref::embedding_backward<double>(dwr.data(), dd.data(), tok.data(), N, C);
+    expect_close(dw, dwr, 1e-6, 1e-6, "embedding_backward");
+  }
+}
+
+TEST(Kernels, RmsNorm) {
+  for (auto [N, C] : kShapes) {
+    auto x = randn(size_t(N) * C, 4, 2.0f), w = randn(C, 5), dout = randn(size_t(N) * C, 6);
+    std::vector<float> out(x.size()), rstd(N), dx(x.size()), dw(C, 0.25f);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    auto xd = to_double(x), wd = to_double(w), dd = to_double(dout);
+    std::vector<double> outr(x.size()), rstdr(N), dxr(x.size()), dwr(C, 0.25);
+    ref::rmsnorm_forward<double>(outr.data(), rstdr.data(), xd.data(), wd.data(), N, C, 1e-6f);
+    ref::rmsnorm_backward<double>(dxr.data(), dwr.data(), dd.data(), xd.data(), wd.data(), rstdr.data(), N, C);
+    expect_close(out, outr, 1e-5, 1e-6, "rmsnorm out");
+    expect_close(rstd, rstdr, 1e-5, 1e-7, "rmsnorm rstd");
+    expect_close(dx, dxr, 1e-4, 1e-5, "rmsnorm dx");
+    expect_close(dw, dwr, 1e-4, 1e-4, "rmsnorm dw");
+  }
+}
+
+TEST(Kernels, Matmul) {
+  const int shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {64, 32, 48}, {100, 129, 65}, {256, 64, 512}};
+  for (auto& s : shapes) {
+    const int N = s[0], C = s[1], OC = s[2];
+    auto inp = randn(size_t(N) * C, 7), w = randn(size_t(OC) * C, 8), dout = randn(size_t(N) * OC, 9);
+    std::vector<float> out(size_t(N) * OC), dinp(size_t(N) * C), dw(size_t(OC) * C, 1.0f);
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), N, C, OC);
+    cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    auto id = to_double(inp), wd = to_double(w), dd = to_double(dout);
+    std::vector<double> outr(out.size()), dinpr(dinp.size()), dwr(dw.size(), 1.0);
+    ref::matmul_forward<double>(outr.data(), id.data(), wd.data(), N, C, OC);
+    ref::matmul_backward<double>(dinpr.data(), dwr.data(), dd.data(), id.data(), wd.data(), N, C, OC);
+    const double tol = 1e-5 * std::sqrt(double(std::max({C, OC, N})));
+    expect_close(out, outr, tol, tol, "matmul out");
+    expect_close(dinp, dinpr, tol, tol, "matmul dinp");
+    expect_close(dw, dwr, tol, tol, "matmul dw");
+  }
+}
+
+TEST(Kernels, SplitMergeRope) {
+  const int cfgs[][5] = {{1, 1, 1, 1, 2}, {2, 5, 4, 2, 8}, {3, 17, 8, 2, 32}, {1, 64, 4, 4, 64}};
+  for (auto& c : cfgs) {
+    const int B = c[0], T = c[1], H = c[2], Hkv = c[3], D = c[4], W = (H + 2 * Hkv) * D;
+    auto qkv = randn(size_t(B) * T * W, 10);
+    std::vector<float> q(size_t(B) * H * T * D), k(size_t(B) * Hkv * T * D), v(k.size());
+    std::vector<double> qr(q.size()), kr(k.size()), vr(v.size());
+    cpu::qkv_split_forward(q.data(), k.data(), v.data(), qkv.data(), B, T, H, Hkv, D);
+    auto qkvd = to_double(qkv);
+    ref::qkv_split_forward<double>(qr.data(), kr.data(), vr.data(), qkvd.data(), B, T, H, Hkv, D);
+    expect_close(q, qr, 0, 1e-30, "split q");
+    expect_close(k, kr, 0, 1e-30, "split k");
+    expect_close(v, vr, 0, 1e-30, "split v");
+    std::vector<float> back(qkv.size());
+    cpu::qkv_split_backward(back.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, D);
+    expect_close(back, qkvd, 0, 1e-30, "split backward is the inverse");
+    std::vector<float> merged(size_t(B) * T * H * D), unmerged(q.size());
+    std::vector<double> mergedr(merged.size());
+    cpu::heads_merge_forward(merged.data(), q.data(), B, H, T, D);
+    ref::heads_merge_forward<double>(mergedr.data(), qr.data(), B, H, T, D);
+    expect_close(merged, mergedr, 0, 1e-30, "merge");
+    cpu::heads_merge_backward(unmerged.data(), merged.data(), B, H, T, D);
+    expect_close(unmerged, qr, 0, 1e-30, "merge backward is the inverse");
+    // RoPE: forward against reference, backward is the exact transpose (rotation by -angle)
+    const int half = D / 2;
+    std::vector<float> cs(size_t(T) * half), sn(cs.size());
+    std::vector<double> csd(cs.size()), snd(cs.size());
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < half; i++) {
+        const double a = t * std::pow(10000.0, -2.0 * i / D);
+        cs[t * half + i] = float(std::cos(a)), sn[t * half + i] = float(std::sin(a));
+        csd[t * half + i] = cs[t * half + i], snd[t * half + i] = sn[t * half + i];
+      }
+    std::vector<float> x = q;
+    std::vector<double> xr = qr;
+    cpu::rope_forward(x.data(), cs.data(), sn.data(), B * H, T, D);
+    ref::rope_forward<double>(xr.data(), csd.data(), snd.data(), B * H, T, D);
+    expect_close(x, xr, 1e-6, 1e-6, "rope forward");
+    // <rope(x), g> == <x, rope_backward(g)>
+    auto g = randn(x.size(), 11);
+    std::vector<float> gb = g;
+    cpu::rope_backward(gb.data(), cs.data(), sn.data(), B * H, T, D);
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < x.size(); i++) lhs += double(x[i]) * g[i], rhs += double(q[i]) * gb[i];
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs)));
+  }
+}
+
+TEST(Kernels, SwiGlu) {
+  for (auto [N, F] : kShapes) {
+    auto h = randn(size_t(N) * 2 * F, 12, 3.0f), dout = randn(size_t(N) * F, 13);
+    std::vector<float> out(size_t(N) * F), dh(h.size());
+    cpu::swiglu_forward(out.data(), h.data(), N, F);
+    cpu::swiglu_backward(dh.data(), dout.data(), h.data(), N, F);
+    auto hd = to_double(h), dd = to_double(dout);
+    std::vector<double> outr(out.size()), dhr(dh.size());
+    ref::swiglu_forward<double>(outr.data(), hd.data(), N, F);
+    ref::swiglu_backward<double>(dhr.data(), dd.data(), hd.data(), N, F);
+    expect_close(out, outr, 1e-5, 1e-6, "swiglu out");
+    expect_close(dh, dhr, 1e-5, 1e-6, "swiglu dh");
+  }
+}
+
+TEST(Kernels, CrossEntropy) {
+  const int shapes[][2] = {{1, 2}, {3, 7}, {17, 100}, {64, 8192}, {5, 50000}};
+  for (auto& s : shapes) {
+    const int N = s[0], V = s[1];
+    auto logits = randn(size_t(N) * V, 14, 4.0f);
+    std::vector<int32_t> tgt(N);
+    Rng r(15);
+    for (auto& t : tgt) t = int32_t(r.below(V));
+    std::vector<float> loss(N), loss_only(N), d = logits;  // gradient written in place
+    cpu::crossentropy_forward_backward(loss.data(), d.data(), d.data(), tgt.data(), N, V, 0.5f);
+    cpu::crossentropy_forward_backward(loss_only.data(), nullptr, logits.data(), tgt.data(), N, V, 0.5f);
+    auto ld = to_double(logits);
+    std::vector<double> lossr(N), dr(ld.size());
+    ref::crossentropy_forward_backward<double>(lossr.data(), dr.data(), ld.data(), tgt.data(), N, V, 0.5f);
+    expect_close(loss, lossr, 1e-5, 1e-6, "ce loss");
+    expect_close(loss_only, lossr, 1e-5, 1e-6, "ce loss without grad");
+    expect_close(d, dr, 1e-5, 1e-8, "ce dlogits");
+  }
+}
+
+TEST(Kernels, ExpApproximation) {
+  double worst = 0;
+  for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+    const double e = std::fabs(cpu::exp_scalar(x) - std::exp(double(x))) / std::exp(double(x));
+    worst = std::max(worst, e);
+  }
+  EXPECT_LT(worst, 5e-7);
+  std::vector<float> xs(1000), out(1000);
+  for (int i = 0; i < 1000; i++) xs[i] = -20.0f + 0.04f * i;
+  const float sum = cpu::exp_shifted_sum(out.data(), xs.data(), 1.5f, 1000);
+  double ref_sum = 0;
+  for (int i = 0; i < 1000; i++) {
+    const double e = std::exp(double(xs[i] - 1.5f));  // the kernel subtracts in float
+    ref_sum += e;
+    EXPECT_NEAR(out[i], e, 5e-7 * e);
+  }
+  EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
+}
+
+// Reductions split by channel, never by row: the same bits with 1 thread or 2.
+TEST(Kernels, BackwardIsThreadCountInvariant) {
+  const int N = 333, C = 96;
+  auto x = randn(size_t(N) * C, 16), w = randn(C, 17), dout = randn(size_t(N) * C, 18);
+  std::vector<float> rstd(N), tmp(x.size());
+  cpu::rmsnorm_forward(tmp.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+  std::vector<float> dx1(x.size()), dw1(C), dx2(x.size()), dw2(C);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  cpu::rmsnorm_backward(dx1.data(), dw1.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  omp_set_num_threads(2);
+  cpu::rmsnorm_backward(dx2.data(), dw2.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(dw1.data(), dw2.data(), dw1.size() * 4));
+}
+
+}  // namespace
+}  // namespace aah
