@@ -171,8 +171,16 @@ void swiglu_forward(float* out, const float* h, int N, int F) {
     const float* g = h + (int64_t)n * 2 * F;
     const float* u = g + F;
     float* o = out + (int64_t)n * F;
-#pragma omp simd
-    for (int f = 0; f < F; f++) o[f] = g[f] * sigmoid(g[f]) * u[f];
+    int f = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; f + 8 <= F; f += 8) {
+      const __m256 gv = _mm256_loadu_ps(g + f);
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      _mm256_storeu_ps(o + f, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + f)));
+    }
+#endif
+    for (; f < F; f++) o[f] = g[f] * sigmoid(g[f]) * u[f];
   }
 }
 
@@ -184,8 +192,19 @@ void swiglu_backward(float* dh, const float* dout, const float* h, int N, int F)
     const float* d = dout + (int64_t)n * F;
     float* dg = dh + (int64_t)n * 2 * F;
     float* du = dg + F;
-#pragma omp simd
-    for (int f = 0; f < F; f++) {
+    int f = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; f + 8 <= F; f += 8) {
+      const __m256 gv = _mm256_loadu_ps(g + f), uv = _mm256_loadu_ps(u + f), dv = _mm256_loadu_ps(d + f);
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      // d silu(g) / dg = sig (1 + g (1 - sig))
+      const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, sig), one));
+      _mm256_storeu_ps(dg + f, _mm256_mul_ps(_mm256_mul_ps(dv, uv), dsilu));
+      _mm256_storeu_ps(du + f, _mm256_mul_ps(dv, _mm256_mul_ps(gv, sig)));
+    }
+#endif
+    for (; f < F; f++) {
       const float sig = sigmoid(g[f]);
       dg[f] = d[f] * u[f] * sig * (1.0f + g[f] * (1.0f - sig));
       du[f] = d[f] * g[f] * sig;
@@ -200,7 +219,7 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
     const float* l = logits + (int64_t)n * V;
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-    for (int i = 0; i < V; i++) mx = std::fmax(mx, l[i]);
+    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
     const float target_logit = l[targets[n]];
     if (dlogits) {
       float* d = dlogits + (int64_t)n * V;

@@ -12,7 +12,7 @@
 namespace aah::cpu {
 
 inline float exp_scalar(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.7f);
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   const float n = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(n, -0.693359375f, x);
   r = std::fma(n, 2.12194440e-4f, r);
