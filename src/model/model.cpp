@@ -207,7 +207,7 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     real* ln2 = a.ln2 + s * NC;
     real* h = a.h + size_t(s) * N * 2 * F;
     real* act = a.act + size_t(s) * N * F;
-    const int* win = windows_.data() + size_t(l) * H;
+    int* win = windows_.data() + size_t(l) * H;
 
     // attention half
     rmsnorm_forward(ln1, a.rstd1 + size_t(s) * N, x, p.ln1 + size_t(l) * C, N, C, eps);
@@ -222,6 +222,7 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     }
     rope_forward(q, rope_cos_.data, rope_sin_.data, B * H, T, D);
     rope_forward(k, rope_cos_.data, rope_sin_.data, B * Hkv, T, D);
+    if (before_attention) before_attention(l, q, k, v, B, T, win);
     AttnDiagnostics diag;
     AttnDiagnostics* diag_ptr = nullptr;
     if (diag_entropy || diag_out_norm || diag_usage) {

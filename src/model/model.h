@@ -5,6 +5,7 @@
 // F intermediate size, V vocabulary, QKV = (H + 2 Hkv) D.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,11 @@ class Model {
   void set_full_windows(int T);
   bool dense_attention = false;  // aah.attention = dense: T x T scores + mask (comparison path)
   AttnCounters counters;         // attention work, accumulated over calls
+  // Called in each layer after q, k (normed, rotated) and v exist and before attention, so a window policy can set
+  // this layer's windows (H values, in place) from the batch's own activations: the AAH controller does this on
+  // its update steps, and the new windows apply to that same forward (spec section 5).
+  std::function<void(int layer, const real* q, const real* k, const real* v, int B, int T, int* windows)>
+      before_attention;
   // When non-null, the forward fills per-layer diagnostics (L x H each) for the controller.
   double* diag_entropy = nullptr;
   double* diag_out_norm = nullptr;

@@ -1,0 +1,28 @@
+// aah bench <what>: benchmarks that print figures and ratios measured side by side in one process.
+#include "bench/bench_train.h"
+#include "cli/commands.h"
+
+#if __has_include("bench/bench_attention.h")
+#include "bench/bench_attention.h"
+#define AAH_HAVE_BENCH_ATTENTION 1
+#endif
+
+namespace aah {
+
+void add_bench_commands(CLI::App& app, int& rc) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks (figures and ratios measured side by side in one process)");
+  bench->require_subcommand(1);
+  static bool json = false;
+  static int steps = 5;
+  auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
+  tr->add_flag("--json", json, "One JSON object per line");
+  tr->add_option("--steps", steps, "Timed steps (median reported)")->capture_default_str();
+  tr->callback([&rc] { rc = bench_train(json, steps); });
+#ifdef AAH_HAVE_BENCH_ATTENTION
+  auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
+  at->add_flag("--json", json, "One JSON object per line");
+  at->callback([&rc] { rc = bench_attention(json); });
+#endif
+}
+
+}  // namespace aah

@@ -1,0 +1,76 @@
+// aah train, aah eval.
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "eval/eval.h"
+#include "io/files.h"
+#include "io/shard.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "train/train.h"
+
+namespace aah {
+
+namespace {
+
+int run_eval(const std::string& run, const std::string& data, bool json, const std::vector<std::string>& sets) {
+  Config cfg = run_config_load(run);
+  for (auto& s : sets) config_set(cfg, s);
+  config_validate(cfg);
+  TokenShard val = shard_read(data + "/val.bin");
+  if (int64_t(val.vocab_size) > cfg.model.vocab_size)
+    fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
+  Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
+  model.dense_attention = cfg.aah.attention == "dense";
+  weights_load(run + "/model.safetensors", model);
+  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size);
+  if (json) {
+    nlohmann::json j = {{"val_loss", r.loss}, {"val_ppl", r.ppl}, {"tokens_per_s", r.tokens_per_s},
+                        {"windows", r.windows}, {"tokens", r.tokens}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("val_loss %.4f  ppl %.3f  (%d windows of %d tokens, %.0f tokens/s)\n", r.loss, r.ppl, r.windows,
+                cfg.train.context, r.tokens_per_s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app, int& rc) {
+  auto* train = app.add_subcommand("train",
+                                   "Train a model; writes a run directory (config.json, model.safetensors, "
+                                   "training_state.safetensors, metrics.jsonl)");
+  static TrainOptions to;
+  static std::string config_file;
+  train->add_option("--data", to.data_dir, "Data directory with train.bin and val.bin")->required();
+  train->add_option("--out", to.out_dir, "Run directory (with --resume: the run to continue)")->required();
+  train->add_option("--config", config_file, "JSON config file (HF Qwen3 keys, \"train\" and \"aah\" blocks)");
+  train->add_option("--set", to.sets, "Override a key: --set train.lr=3e-4 (repeatable; see --help-config)");
+  train->add_flag("--resume", to.resume, "Continue the run in --out from its last checkpoint (bit-identical)");
+  train->add_flag("--force", to.force, "Overwrite an existing run directory");
+  train->add_flag("--quiet", to.quiet, "No progress lines");
+  train->add_option("--stop-after", to.stop_after, "Checkpoint and stop after N steps, as if interrupted");
+  train->callback([&rc] {
+    if (!config_file.empty()) {
+      if (to.resume) fail("[train] --config and --resume together: the run's own config.json is used");
+      config_apply_json(to.config, read_json_file(config_file), config_file);
+    }
+    rc = train_run(to);
+  });
+
+  auto* eval = app.add_subcommand("eval", "Validation loss and perplexity of a run's model on DIR/val.bin");
+  static std::string run, data;
+  static bool json = false;
+  static std::vector<std::string> sets;
+  eval->add_option("--run", run, "Run directory")->required();
+  eval->add_option("--data", data, "Data directory with val.bin")->required();
+  eval->add_option("--set", sets, "Override a key, e.g. --set train.eval_windows=64");
+  eval->add_flag("--json", json, "Print one JSON object");
+  eval->callback([&rc] { rc = run_eval(run, data, json, sets); });
+}
+
+}  // namespace aah

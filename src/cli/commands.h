@@ -1,0 +1,10 @@
+// Each command group registers its subcommands on the app; a subcommand's callback does the work and stores the
+// process exit code in `rc`. Errors are thrown as aah::Error and printed by main on one line.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace aah {
+void add_data_commands(CLI::App& app, int& rc);   // data, tokenizer, tokenize     (cmd_data.cpp)
+void add_train_commands(CLI::App& app, int& rc);  // train, eval                   (cmd_train.cpp)
+void add_bench_commands(CLI::App& app, int& rc);  // bench train|attention|...     (cmd_bench.cpp)
+}  // namespace aah
