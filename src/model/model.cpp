@@ -91,9 +91,10 @@ Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads
   plan.add(&a.x, (L + 1) * N * C);
   plan.add(&a.lnf, N * C);
   plan.add(&a.rstdf, N);
-  plan.add(&a.logits, N * V);
+  plan.add(&a.logits, std::min<size_t>(N, kLogitRows) * V);
   plan.add(&a.losses, N);
   plan.add(&a.qkv, N * QKV);
+  plan.add(&a.dln, N * C);  // d(final norm output) from the chunked LM head, then per-layer scratch
   plan.add(&a.merged, N * H * D);
   // Kept for backward only when training; inference reuses layer 0's slot for every layer.
   const size_t Lk = with_grads ? L : 1;
@@ -116,7 +117,6 @@ Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads
   if (with_grads) {
     plan.add(&a.dres, N * C);
     plan.add(&a.dtmp, N * C);
-    plan.add(&a.dln, N * C);
     plan.add(&a.dact, N * F);
     plan.add(&a.dh, N * 2 * F);
     plan.add(&a.dq, N * H * D);
@@ -254,12 +254,18 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     for (size_t i = 0; i < NC; i++) x_next[i] += xa[i];
   }
   rmsnorm_forward(a.lnf, a.rstdf, a.x + size_t(L) * NC, p.norm_f, N, C, eps);
-  matmul_forward(a.logits, a.lnf, p.lm_head, N, C, V);
-  if (!targets) return 0;
-  crossentropy_forward_backward(a.losses, grad_scale != 0 ? a.logits : (real*)nullptr, a.logits, targets, N, V,
-                                grad_scale);
+  AAH_CHECK(targets, "forward needs targets");
+  have_head_grad_ = grad_scale != 0;
   double sum = 0;
-  for (int i = 0; i < N; i++) sum += a.losses[i];
+  for (int r0 = 0; r0 < N; r0 += kLogitRows) {
+    const int rows = std::min(kLogitRows, N - r0);
+    const real* lnf = a.lnf + size_t(r0) * C;
+    matmul_forward(a.logits, lnf, p.lm_head, rows, C, V);
+    crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
+                                  targets + r0, rows, V, grad_scale);
+    if (have_head_grad_) matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
+    for (int i = 0; i < rows; i++) sum += a.losses[r0 + i];
+  }
   return sum / N;
 }
 
@@ -268,15 +274,15 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
   AAH_CHECK(grad_base_ && keep_per_layer_, "backward needs a model built with gradients");
   const ModelConfig& m = cfg_;
   const int N = B * T, C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads,
-            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size, V = m.vocab_size,
+            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size,
             QKV = (H + 2 * Hkv) * D;
   Params<real>& p = p_;
   Params<real>& g = g_;
   Activations<real>& a = a_;
   const size_t NC = size_t(N) * C, NHD = size_t(N) * H * D, NKD = size_t(N) * Hkv * D;
 
-  // logits hold dlogits (written by forward's cross-entropy)
-  matmul_backward(a.dln, g.lm_head, a.logits, a.lnf, p.lm_head, N, C, V);
+  AAH_CHECK(have_head_grad_, "backward needs a forward with grad_scale != 0");
+  // a.dln holds d(final norm output), from the LM head in forward
   rmsnorm_backward(a.dres, g.norm_f, a.dln, a.x + size_t(L) * NC, p.norm_f, a.rstdf, N, C);
 
   for (int l = L - 1; l >= 0; l--) {

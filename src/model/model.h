@@ -61,7 +61,7 @@ struct Activations {
   real* act;     // (L, N, F) silu(gate) * up
   real* lnf;     // (N, C)
   real* rstdf;   // (N)
-  real* logits;  // (N, V), overwritten by dlogits in backward
+  real* logits;  // (min(N, kLogitRows), V): one chunk of rows at a time, overwritten by its gradient
   real* losses;  // (N)
   // scratch shared by all layers
   real* qkv;     // (N, QKV)  projection output / its gradient
@@ -113,15 +113,17 @@ class Model {
   double* diag_out_norm = nullptr;
   double* diag_usage = nullptr;
 
-  // Forward over tokens (B, T); when targets is non-null, returns the mean loss and (if grad_scale != 0) writes
-  // dlogits scaled by grad_scale (for backward). Per-position losses are left in acts().losses.
+  // Forward over tokens (B, T) with next-token targets; returns the mean loss (per-position losses are left in
+  // acts().losses). The LM head and the loss run over chunks of kLogitRows rows, so the (N, V) logits never exist
+  // at once; when grad_scale != 0 each chunk's gradient (scaled by grad_scale) is also pushed through the LM head
+  // right away, accumulating the LM-head gradient and leaving d(final norm output) for backward().
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 0);
+  static constexpr int kLogitRows = 512;
   // Backward of the last forward; accumulates (+=) parameter gradients.
   void backward(const int32_t* tokens, int B, int T);
   void zero_grads();
 
   const Activations<real>& acts() const { return a_; }
-  const real* logits() const { return a_.logits; }
 
  private:
   void build_tensor_table();
@@ -139,7 +141,8 @@ class Model {
   Buffer<real> rope_cos_, rope_sin_;  // (max_T, D/2)
   std::vector<int> windows_;          // (L, H)
   std::vector<size_t> block_offsets_;  // start of each stacked parameter block
-  bool keep_per_layer_ = true;         // activations kept per layer (training) or one slot reused (inference)
+  bool keep_per_layer_ = true;
+  bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)         // activations kept per layer (training) or one slot reused (inference)
 };
 
 extern template class Model<float>;
