@@ -1,0 +1,254 @@
+// AAH-v3 controller (spec sections 2-5 and 7): per attention layer, turns per-head features into per-head causal
+// windows. One LayerController per attention layer; Controller holds them all, knows the control interval and
+// computes the window statistics that are logged.
+//
+// One control update of a layer (LayerController::update), in spec order:
+//   2  feature EMA            xbar_h = alpha xbar_h + (1 - alpha) x_h (initialised to the first observation)
+//   3  hierarchy              level-0 groups, upper levels, sibling pairs (recomputed / frozen / reused per regime)
+//   4  scoring                enriched inputs u_i(r); base logits; joint logits replace them for sibling pairs
+//   5.1 raw choice            chat_i = argmax_k z_ik (ties: smallest k)
+//   5.2 parent clamp          c_i = min(chat_i, c_parent(i)), top level uses chat
+//   5.3 head mapping          c_h = c_group(h)
+//   5.4 ramp (optional)       see ControllerConfig::ramp_steps
+//   5.5 resolution EMA        ctilde_h = round_half_even(beta ctilde_h + (1 - beta) c_h), clamped to [0, K-1]
+//   5.6 execution window      W_h = clamp(W[ctilde_h], W_0, T)
+//   7  shuffle_post_select    (diagnostic) a seeded permutation of the layer's windows across its heads
+// Between updates (every control_interval steps; step 0 is an update) the cached windows are reused.
+//
+// H heads per layer, L layers, K candidate windows, F = 9 features.
+//
+// Choices made here where the spec is silent (all deterministic; knobs where it matters):
+//   * cosine uses per-norm epsilon 1e-8 (PyTorch): a zero vector has cosine 0 with everything.
+//   * Every "most similar / least similar" search breaks ties by the lowest (i, j) in item order; items at every
+//     level are ordered by the smallest head index they cover, so sibling a is always the lower-ordered item.
+//   * L0 cap merges recompute the merged centroid as the mean of all member heads (head-weighted).
+//   * Upper-level parents are ordered by smallest head index; an odd item's own parent has one child (no sibling).
+//   * Branching factor: shape[r] builds level r+1 and must be 2 (validated); the last entry only enters L0max.
+//   * grouping off: no upper levels and no sibling pairs at all (the joint scorer has nothing to score).
+//   * Frozen topology (shallow_freeze) caches the level-0 partition, every parent map and the sibling pairs
+//     (including the top level's greedy pairs); features, sizes, inputs and decisions are recomputed.
+//   * fixed_random_grouping: labels uniform in [0, min(product(shape), H)) per head, empty labels dropped, redrawn
+//     until there are two groups (H >= 2); drawn once at the first update, upper levels rebuilt every update.
+//   * random_window draws W[idx] directly (no resolution EMA: "a fresh random index per head per update").
+//     fixed / deterministic / off windows hold from construction; is_update_step is false for them (unless
+//     shuffled), so the model need not collect features or diagnostics.
+//   * shuffle_post_select permutes only the windows in force; the resolution EMA state stays in head order.
+//   * freeze_after_warmup: updates at step 0 and at update steps < warmup_steps; then windows stay.
+//   * The post-warmup ramp (off by default) moves the index linearly from K-1 to c_h over ramp_steps after warmup.
+//   * Non-finite raw features skip the update (state unchanged), so one bad step cannot poison the feature EMA.
+//   * Scorer weights are fp32, drawn from a double uniform and rounded; the MLP arithmetic is double.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "controller/features.h"
+#include "controller/hierarchy.h"
+#include "controller/scorer.h"
+
+namespace aah {
+
+class SafetensorsReader;
+class SafetensorsWriter;
+
+// How the hierarchy's topology evolves over updates (spec section 7).
+enum class TopologyMode {
+  recompute,     // full_adaptive: level 0 and upper levels rebuilt at every update
+  freeze,        // shallow_freeze: the whole topology (level 0, upper levels, pairs) built at the first update, kept
+  reuse_level0,  // deep_reuse: level-0 partition cached at the first update; upper levels rebuilt every update
+  fixed_random,  // fixed_random_grouping: a seeded random level-0 partition, kept; upper levels rebuilt
+};
+
+// Where the windows come from.
+enum class WindowPolicy {
+  controller,     // the AAH-v3 controller
+  off,            // full windows (full, control_off)
+  fixed,          // every head fixed_window (clamped to [1, T])
+  deterministic,  // head h gets W[h mod K]
+  random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
+};
+
+const char* topology_mode_name(TopologyMode m);
+TopologyMode topology_mode_from_string(const std::string& s);  // error lists the names
+const char* window_policy_name(WindowPolicy p);
+WindowPolicy window_policy_from_string(const std::string& s);
+
+// Every knob of the controller. Defaults are the spec's full_adaptive regime.
+struct ControllerConfig {
+  std::string regime = "full_adaptive";
+  std::vector<int> windows;           // candidate windows W_0 < ... < W_{K-1} = T (context); see controller_default_windows
+  int control_interval = 5;           // optimizer steps between control updates; step 0 is an update
+  double feature_ema = 0.9;           // alpha; 0 = no feature EMA
+  double resolution_ema = 0.15;       // beta
+  double tau = 0.995;                 // level-0 cosine threshold [decided]
+  double lambda = 16.0;               // cosine_normdiff norm penalty
+  double eps = 1e-6;                  // cosine_normdiff epsilon
+  std::vector<int> shape = {2, 2, 2, 2};  // hierarchy shape: L0max = min(product, H), at most shape.size() levels
+  bool grouping = true;               // false: every head its own level-0 item, no upper levels (grouping_off)
+  bool joint_scorer = true;           // joint sibling logits replace base logits for sibling pairs
+  bool parent_clamp = true;           // c_i = min(chat_i, c_parent)
+  TopologyMode topology = TopologyMode::recompute;
+  WindowPolicy policy = WindowPolicy::controller;
+  int fixed_window = 0;               // W of policy fixed (must be set, >= 1)
+  bool shuffle_post_select = false;   // permute the final windows across the layer's heads at each update
+  bool freeze_after_warmup = false;   // no control update after warmup: updates only at steps < warmup_steps (and 0)
+  int warmup_steps = 0;               // the training warmup (train.warmup_steps); used by freeze and ramp
+  int ramp_steps = 0;                 // post-warmup ramp length in steps; 0 = off (spec default)
+  uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
+};
+
+// W = [T/8, T/4, T/2, T] (the paper's ratios), smaller entries below 1 or duplicated dropped.
+std::vector<int> controller_default_windows(int T);
+
+// Sets the regime-owned knobs for `name` (see the table in controller.cpp). First resets the regime-owned knobs
+// (policy, grouping, joint_scorer, parent_clamp, shape, topology, shuffle_post_select, freeze_after_warmup,
+// feature_ema, control_interval) to the full_adaptive defaults, then applies the name. A name is a main regime
+// (full, grouping_off, full_adaptive, shallow_freeze, deep_reuse) optionally followed by '+variant' parts, or
+// variants alone (then on top of full_adaptive), e.g. "shallow_freeze+shuffle_post_select",
+// "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema". Apply the regime first and the
+// individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
+void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
+// Names accepted by controller_apply_regime, for help texts.
+std::vector<std::string> controller_regime_names();
+// Checks ranges and relations; errors name the knob ("[controller] aah.tau ...").
+void controller_validate(const ControllerConfig& cfg);
+// Every knob as JSON (run log, checkpoint metadata).
+nlohmann::json controller_config_to_json(const ControllerConfig& cfg);
+
+// ---- decision steps (spec section 5), exposed for tests ----
+// Streams of random numbers, each an Rng seeded with controller_stream_seed(run_seed, stream, layer, step):
+//   x = run_seed; h = splitmix64(x); x = h ^ stream; h = splitmix64(x); x = h ^ layer; h = splitmix64(x);
+//   x = h ^ step; return splitmix64(x)          (splitmix64 of core/rng.h, which advances its argument)
+enum : uint64_t {
+  kSeedStreamScorer = 1,         // step 0: the layer's scorer weights
+  kSeedStreamRandomGrouping = 2, // step 0: fixed random level-0 partition
+  kSeedStreamRandomWindow = 3,   // step s: random_window indices at update step s
+  kSeedStreamShuffle = 4,        // step s: shuffle_post_select permutation at update step s
+};
+uint64_t controller_stream_seed(uint64_t run_seed, uint64_t stream, uint64_t layer, uint64_t step);
+
+// argmax_k z_k, ties to the smallest k.
+int argmax_first(const double* z, int K);
+// Round to nearest integer, exact halves to the even neighbour (independent of the FP rounding mode).
+double round_half_even(double x);
+// ctilde = round_half_even(beta prev + (1 - beta) c), clamped to [0, K-1].
+int resolution_ema_step(int prev, int c, double beta, int K);
+// clamp(W[idx], W_0, T) with T = W[K-1] and idx clamped to [0, K-1].
+int execution_window(const std::vector<int>& windows, int idx);
+// Post-warmup ramp [implemented choice]: progress p = clamp((step - warmup_steps) / ramp_steps, 0, 1);
+// returns round_half_even((K-1) - p ((K-1) - c)): full window during warmup, moving linearly to c.
+int ramp_index(int c, int K, int step, int warmup_steps, int ramp_steps);
+
+// Everything the scoring and decision steps computed for one hierarchy (for the trace and tests).
+struct ControllerDecision {
+  std::vector<std::vector<double>> enriched;     // per level (n_r, 29) u_i(r)
+  std::vector<std::vector<double>> logits_base;  // per level (n_r, K) f_base(u_i)
+  std::vector<std::vector<double>> logits_joint; // per sibling pair (hier.pairs order) (2, K) f_joint(j_ab)
+  std::vector<std::vector<double>> logits;       // per level (n_r, K) logits used (joint replaces base for pairs)
+  std::vector<std::vector<int>> raw;             // per level (n_r) chat_i
+  std::vector<std::vector<int>> choice;          // per level (n_r) c_i after the parent clamp
+  std::vector<int> head;                         // (H) c_h = c_group(h)
+};
+// Spec 4 and 5.1-5.3 over a built hierarchy.
+ControllerDecision controller_decide(const Hierarchy& hier, const Scorers& scorers, bool joint_scorer,
+                                     bool parent_clamp);
+
+// ---- one attention layer ----
+class LayerController {
+ public:
+  LayerController(const ControllerConfig& cfg, int num_heads, int layer);
+
+  // One control update at `step` from raw features (H, 9) (nullptr allowed unless policy is controller). Returns
+  // the per-head execution windows, which stay cached until the next update. If `trace` is non-null it is set to
+  // one JSON object describing the update (fields in controller.cpp, trace_*). Non-finite raw features skip the
+  // update (state and windows unchanged; the trace says so).
+  const std::vector<int>& update(const double* raw_features, int step, nlohmann::json* trace);
+
+  const std::vector<int>& windows() const { return windows_; }          // (H) W_h in force
+  const std::vector<int>& resolution_index() const { return ctilde_; }  // (H) ctilde_h
+  const std::vector<double>& feature_ema() const { return xbar_; }      // (H, 9)
+  bool feature_ema_initialised() const { return xbar_init_; }
+  bool topology_cached() const { return topo_cached_; }
+  const Hierarchy& hierarchy() const { return hier_; }  // of the last update (empty before the first)
+  int levels_used() const { return hier_.levels_used(); }
+  int updates_done() const { return updates_; }
+  const Scorers& scorers() const { return scorers_; }
+  Scorers& scorers() { return scorers_; }
+  int num_heads() const { return H_; }
+  int layer_index() const { return layer_; }
+
+  // State tensors under prefix "layers.{l}." (names in controller.cpp, save_state). The writer keeps pointers into
+  // this object: do not update the controller between save() and the writer's write().
+  void save(SafetensorsWriter& w, const std::string& prefix) const;
+  void load(const SafetensorsReader& r, const std::string& prefix);
+
+ private:
+  void set_policy_windows(int step);
+  void shuffle_windows(int step, nlohmann::json* trace);
+  void build_topology();
+
+  ControllerConfig cfg_;
+  int H_, K_, layer_;
+  Scorers scorers_;
+  std::vector<double> xbar_;  // (H, 9) smoothed features
+  bool xbar_init_ = false;
+  Hierarchy hier_;            // last hierarchy; its topology is the cache when topo_cached_
+  bool topo_cached_ = false;
+  std::vector<int> ctilde_;   // (H) resolution EMA state
+  std::vector<int> windows_;  // (H) windows in force
+  int updates_ = 0;
+  // save() buffers (the writer holds pointers until write())
+  mutable std::vector<int32_t> save_groups_, save_topology_, save_state_;
+};
+
+// ---- all attention layers ----
+class Controller {
+ public:
+  Controller(const ControllerConfig& cfg, int num_layers, int num_heads);
+
+  const ControllerConfig& config() const { return cfg_; }
+  int num_layers() const { return int(layers_.size()); }
+  int num_heads() const { return H_; }
+  int context() const { return cfg_.windows.back(); }  // T
+
+  // True when `step` is a control update: step % control_interval == 0, the policy changes windows over time
+  // (controller, random, or shuffle_post_select on), and not frozen (freeze_after_warmup: only steps < warmup_steps,
+  // and step 0). On these steps the forward computes features (if needs_features()) and calls update().
+  bool is_update_step(int step) const;
+  // True when updates read features (policy controller): the forward must compute controller_head_features and
+  // the attention must collect diagnostics on update steps.
+  bool needs_features() const { return cfg_.policy == WindowPolicy::controller; }
+
+  // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged.
+  const std::vector<int>& update(int layer, const double* raw_features, int step, nlohmann::json* trace = nullptr);
+  LayerController& layer(int l) { return layers_.at(l); }
+  const LayerController& layer(int l) const { return layers_.at(l); }
+  const std::vector<int>& windows(int l) const { return layers_.at(l).windows(); }
+  void copy_windows(int* out /*(L, H)*/) const;
+
+  // ---- statistics for logging (spec section 8) ----
+  double acr() const;                        // mean over (layer, head) of W_h / T
+  double exact_pair_ratio(int T) const;      // sum min(t, W_h) / sum t over t = 1..T, heads and layers
+  std::vector<int> levels_used() const;      // per layer, of the last update (0 before any)
+  double mean_levels_used() const;
+  // Fraction of (layer, head) at each window: every candidate window (possibly 0) plus any other window in force
+  // (fixed_window), ascending by window.
+  std::vector<std::pair<int, double>> window_bucket_fractions() const;
+
+  // State under `prefix` (e.g. "aah_state."): "controller.candidate_windows" (K) I32, "controller.dims" (2) I32
+  // = (L, H), then every layer's tensors "layers.{l}.*". Loading checks dims and windows against this
+  // controller; mismatches and missing or malformed tensors are aah::Errors naming the tensor.
+  void save(SafetensorsWriter& w, const std::string& prefix = "") const;
+  void load(const SafetensorsReader& r, const std::string& prefix = "");
+
+ private:
+  ControllerConfig cfg_;
+  int H_;
+  std::vector<LayerController> layers_;
+  mutable std::vector<int32_t> save_dims_, save_windows_;
+};
+
+}  // namespace aah
