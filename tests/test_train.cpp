@@ -85,9 +85,15 @@ TEST(Train, LossFallsOnLearnableData) {
   EXPECT_LT(m.back()["val_loss"].get<double>(), first - 1.0);
 }
 
-TEST(Train, ResumeIsBitIdentical) {
+class TrainResume : public ::testing::TestWithParam<std::string> {};
+
+// Interrupted after step 7, resumed: the same losses and the same final weights, bit for bit, for plain attention
+// and for controller regimes (whose state, windows and diagnostics are checkpointed too).
+TEST_P(TrainResume, IsBitIdentical) {
   Config cfg = tiny_config();
   cfg.train.steps = 16;
+  config_set(cfg, "aah.regime=" + GetParam());
+  config_set(cfg, "aah.control_interval=3");
   cfg.train.log_interval = 1;
   TrainOptions a;
   a.data_dir = make_data();
@@ -112,6 +118,7 @@ TEST(Train, ResumeIsBitIdentical) {
     EXPECT_EQ(ma[i]["step"], mb[i]["step"]);
     EXPECT_EQ(ma[i]["loss"].get<double>(), mb[i]["loss"].get<double>()) << "step " << ma[i]["step"];
     EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>());
+    EXPECT_EQ(ma[i]["window_fractions"], mb[i]["window_fractions"]);
   }
   // final weights bit for bit
   SafetensorsReader ra(a.out_dir + "/model.safetensors"), rb(b.out_dir + "/model.safetensors");
@@ -122,6 +129,40 @@ TEST(Train, ResumeIsBitIdentical) {
     rb.read_f32(t.name, wb.data(), t.shape);
     EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * 4)) << t.name;
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Regimes, TrainResume,
+                         ::testing::Values("full", "full_adaptive", "shallow_freeze", "deep_reuse", "random_window"));
+
+// control_off keeps full windows and must train exactly like the full regime; full_adaptive really moves windows.
+TEST(TrainRegimes, ControlOffEqualsFullAndAdaptiveShortensWindows) {
+  auto run = [](const std::string& regime) {
+    TrainOptions o;
+    o.data_dir = make_data();
+    o.out_dir = temp_dir();
+    o.config = tiny_config();
+    o.config.train.steps = 12;
+    o.config.train.log_interval = 1;
+    config_set(o.config, "aah.regime=" + regime);
+    o.quiet = true;
+    EXPECT_EQ(train_run(o), 0);
+    return read_metrics(o.out_dir);
+  };
+  auto full = run("full"), off = run("control_off"), adaptive = run("full_adaptive");
+  ASSERT_EQ(full.size(), off.size());
+  for (size_t i = 0; i < full.size(); i++) {
+    EXPECT_EQ(full[i]["loss"].get<double>(), off[i]["loss"].get<double>());
+    EXPECT_EQ(off[i]["attn_ratio"].get<double>(), 1.0);
+  }
+  // ACR as logged agrees with the logged window fractions: sum_W f_W W / T
+  double min_acr = 1;
+  for (auto& m : adaptive) {
+    double acr = 0;
+    for (auto& [w, f] : m["window_fractions"].items()) acr += f.get<double>() * std::stod(w) / 64.0;
+    EXPECT_NEAR(acr, m["attn_ratio"].get<double>(), 1e-12);
+    min_acr = std::min(min_acr, m["attn_ratio"].get<double>());
+  }
+  EXPECT_LT(min_acr, 1.0) << "the controller never shortened a window";
 }
 
 TEST(Train, RefusesToOverwriteARun) {

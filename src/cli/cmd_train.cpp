@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "controller/controller.h"
+#include "io/safetensors.h"
 #include "core/check.h"
 #include "eval/eval.h"
 #include "io/files.h"
@@ -26,13 +28,21 @@ int run_eval(const std::string& run, const std::string& data, bool json, const s
   Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
   model.dense_attention = cfg.aah.attention == "dense";
   weights_load(run + "/model.safetensors", model);
+  // The windows in force at the checkpoint (the controller's cached decisions).
+  Controller controller(controller_config_of(cfg), cfg.model.num_hidden_layers, cfg.model.num_attention_heads);
+  const std::string state = run + "/controller_state.safetensors";
+  if (file_exists(state)) controller.load(SafetensorsReader(state));
+  controller.copy_windows(model.windows().data());
   EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size);
   if (json) {
-    nlohmann::json j = {{"val_loss", r.loss}, {"val_ppl", r.ppl}, {"tokens_per_s", r.tokens_per_s},
-                        {"windows", r.windows}, {"tokens", r.tokens}};
+    nlohmann::json j = {{"val_loss", r.loss},        {"val_ppl", r.ppl},
+                        {"tokens_per_s", r.tokens_per_s}, {"windows", r.windows},
+                        {"tokens", r.tokens},          {"attn_ratio", controller.acr()},
+                        {"pair_ratio", controller.exact_pair_ratio(cfg.train.context)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("val_loss %.4f  ppl %.3f  (%d windows of %d tokens, %.0f tokens/s)\n", r.loss, r.ppl, r.windows,
+    std::printf("val_loss %.4f  ppl %.3f  ACR %.4f  pair ratio %.4f  (%d windows of %d tokens, %.0f tokens/s)\n",
+                r.loss, r.ppl, controller.acr(), controller.exact_pair_ratio(cfg.train.context), r.windows,
                 cfg.train.context, r.tokens_per_s);
   }
   return 0;
@@ -53,6 +63,8 @@ void add_train_commands(CLI::App& app, int& rc) {
   train->add_flag("--resume", to.resume, "Continue the run in --out from its last checkpoint (bit-identical)");
   train->add_flag("--force", to.force, "Overwrite an existing run directory");
   train->add_flag("--quiet", to.quiet, "No progress lines");
+  train->add_option("--trace-controller", to.trace_file,
+                    "Write one JSON line per layer per control update (features, hierarchy, logits, decisions)");
   train->add_option("--stop-after", to.stop_after, "Checkpoint and stop after N steps, as if interrupted");
   train->callback([&rc] {
     if (!config_file.empty()) {

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <variant>
 
@@ -53,9 +54,54 @@ std::vector<Field> fields(Config& c) {
       {"train.checkpoint_steps", &t.checkpoint_steps, "steps to checkpoint at, e.g. [1000,5000]"},
       {"train.checkpoint_interval", &t.checkpoint_interval, "also checkpoint every N steps (0: off)"},
       {"train.nonfinite", &t.nonfinite, "on a non-finite loss or gradient: skip the step, or stop"},
-      {"aah.regime", &a.regime, "window policy (full)"},
+      {"aah.regime", &a.regime, "window policy preset: full, grouping_off, full_adaptive, shallow_freeze, deep_reuse, or a diagnostic variant (aah --help-config)"},
       {"aah.attention", &a.attention, "attention execution: local (tiled, skips masked work) or dense"},
   };
+}
+
+// Controller knobs: aah.<name> -> ControllerConfig field, with the JSON type each takes.
+struct Knob {
+  const char* name;
+  const char* type;  // "int", "double", "bool", "string", "int_list"
+  const char* help;
+};
+const Knob kKnobs[] = {
+    {"windows", "int_list", "candidate windows, ascending, last = context (default context/8, /4, /2, /1)"},
+    {"control_interval", "int", "optimizer steps between control updates (5)"},
+    {"feature_ema", "double", "feature EMA alpha (0.9; 0 = off)"},
+    {"resolution_ema", "double", "resolution EMA beta (0.15)"},
+    {"tau", "double", "level-0 cosine clustering threshold (0.995)"},
+    {"lambda", "double", "cosine_normdiff norm penalty (16)"},
+    {"shape", "int_list", "hierarchy shape, e.g. [2,2,2,2]"},
+    {"grouping", "bool", "level-0 grouping (false: grouping_off)"},
+    {"joint_scorer", "bool", "wide joint sibling scorer replaces base logits for sibling pairs"},
+    {"parent_clamp", "bool", "child window index <= parent's"},
+    {"topology", "string", "recompute | freeze | reuse_level0 | fixed_random"},
+    {"policy", "string", "controller | off | fixed | deterministic | random"},
+    {"fixed_window", "int", "window of policy fixed"},
+    {"shuffle_post_select", "bool", "permute final windows across heads at each update (diagnostic)"},
+    {"freeze_after_warmup", "bool", "no control updates after train.warmup_steps"},
+    {"ramp_steps", "int", "post-warmup ramp length (0 = off)"},
+};
+
+const Knob* find_knob(const std::string& name) {
+  for (const Knob& k : kKnobs)
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+void set_knob(Config& cfg, const std::string& name, const json& v, const std::string& source) {
+  const Knob* k = find_knob(name);
+  if (!k) fail("[config] ", source, ": unknown key 'aah.", name, "' (aah --help-config lists the keys)");
+  const std::string t = k->type;
+  const bool ok = (t == "int" && v.is_number_integer()) || (t == "double" && v.is_number()) ||
+                  (t == "bool" && v.is_boolean()) || (t == "string" && v.is_string()) ||
+                  (t == "int_list" && v.is_array() &&
+                   std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); }));
+  if (!ok) fail("[config] ", source, ": key 'aah.", name, "' must be of type ", t, ", got ", v.dump());
+  if (t == "double" && !std::isfinite(v.get<double>()))
+    fail("[config] ", source, ": key 'aah.", name, "' must be finite");
+  cfg.aah.knobs[name] = v;
 }
 
 // HF config.json keys that describe the model but are not settable here; accepted and ignored on input.
@@ -131,7 +177,16 @@ void apply_object(Config& cfg, const std::vector<Field>& fs, const json& j, cons
     std::string key = prefix + k;
     if (prefix.empty() && (k == "train" || k == "aah")) {
       if (!v.is_object()) fail("[config] ", source, ": key '", k, "' must be an object");
+      if (k == "aah" && v.contains("regime")) {  // the regime first: it resets the knobs given with it
+        assign(*find_field(fs, "aah.regime"), v["regime"], source);
+        cfg.aah.knobs = json::object();
+      }
       apply_object(cfg, fs, v, k + ".", source);
+      continue;
+    }
+    if (prefix == "aah." && k == "regime") continue;  // done above
+    if (prefix == "aah." && !find_field(fs, key)) {
+      set_knob(cfg, k, v, source);
       continue;
     }
     if (prefix.empty() && ignored_key(k)) continue;
@@ -142,6 +197,37 @@ void apply_object(Config& cfg, const std::vector<Field>& fs, const json& j, cons
 }
 
 }  // namespace
+
+ControllerConfig controller_config_of(const Config& cfg) {
+  ControllerConfig c;
+  c.windows = controller_default_windows(cfg.train.context);
+  c.warmup_steps = cfg.train.warmup_steps;
+  c.seed = uint64_t(cfg.train.seed);
+  controller_apply_regime(c, cfg.aah.regime);
+  for (auto& [name, v] : cfg.aah.knobs.items()) {
+    if (name == "windows") c.windows = v.get<std::vector<int>>();
+    else if (name == "control_interval") c.control_interval = v.get<int>();
+    else if (name == "feature_ema") c.feature_ema = v.get<double>();
+    else if (name == "resolution_ema") c.resolution_ema = v.get<double>();
+    else if (name == "tau") c.tau = v.get<double>();
+    else if (name == "lambda") c.lambda = v.get<double>();
+    else if (name == "shape") c.shape = v.get<std::vector<int>>();
+    else if (name == "grouping") c.grouping = v.get<bool>();
+    else if (name == "joint_scorer") c.joint_scorer = v.get<bool>();
+    else if (name == "parent_clamp") c.parent_clamp = v.get<bool>();
+    else if (name == "topology") c.topology = topology_mode_from_string(v.get<std::string>());
+    else if (name == "policy") c.policy = window_policy_from_string(v.get<std::string>());
+    else if (name == "fixed_window") c.fixed_window = v.get<int>();
+    else if (name == "shuffle_post_select") c.shuffle_post_select = v.get<bool>();
+    else if (name == "freeze_after_warmup") c.freeze_after_warmup = v.get<bool>();
+    else if (name == "ramp_steps") c.ramp_steps = v.get<int>();
+  }
+  if (!c.windows.empty() && c.windows.back() != cfg.train.context)
+    fail("[config] key 'aah.windows': the last window must equal train.context (", cfg.train.context, "), got ",
+         c.windows.back());
+  controller_validate(c);
+  return c;
+}
 
 void config_apply_json(Config& cfg, const json& j, const std::string& source) {
   if (!j.is_object()) fail("[config] ", source, ": expected a JSON object");
@@ -154,7 +240,15 @@ void config_set(Config& cfg, const std::string& assignment) {
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   auto fs = fields(cfg);
   const Field* f = find_field(fs, key);
+  if (!f && key.rfind("aah.", 0) == 0) {
+    json v = json::parse(text, nullptr, false);
+    const Knob* knob = find_knob(key.substr(4));
+    if (v.is_discarded() || (knob && std::string(knob->type) == "string")) v = text;
+    set_knob(cfg, key.substr(4), v, "--set");
+    return;
+  }
   if (!f) fail("[config] --set: unknown key '", key, "' (aah --help-config lists the keys)");
+  if (key == "aah.regime") cfg.aah.knobs = json::object();  // a regime is a complete preset
   json v = json::parse(text, nullptr, false);
   if (v.is_discarded() || std::holds_alternative<std::string*>(f->ptr)) v = text;  // bare words are strings
   assign(*f, v, "--set");
@@ -194,7 +288,7 @@ void config_validate(const Config& cfg) {
   need(t.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0");
   for (int s : t.checkpoint_steps) need(s > 0, "train.checkpoint_steps", "entries must be > 0");
   need(t.nonfinite == "skip" || t.nonfinite == "stop", "train.nonfinite", "must be skip or stop");
-  need(cfg.aah.regime == "full", "aah.regime", str_cat("'", cfg.aah.regime, "' is not a known regime (full)"));
+  controller_config_of(cfg);  // regime and knobs; errors name the aah.* key
   need(cfg.aah.attention == "local" || cfg.aah.attention == "dense", "aah.attention", "must be local or dense");
   const double params = double(m.vocab_size) * m.hidden_size * (m.tie_word_embeddings ? 1 : 2) +
                         double(m.num_hidden_layers) * m.hidden_size *
@@ -219,6 +313,11 @@ json config_to_json(const Config& cfg) {
     else
       j[f.key.substr(0, dot)][f.key.substr(dot + 1)] = field_value(f);
   }
+  // Every controller knob as resolved for this run (regime preset + explicit knobs), so config.json says exactly
+  // what ran; reading it back gives the same controller.
+  const json resolved = controller_config_to_json(controller_config_of(cfg));
+  for (const Knob& k : kKnobs)
+    if (resolved.contains(k.name)) j["aah"][k.name] = resolved[k.name];
   return j;
 }
 
@@ -226,6 +325,10 @@ std::vector<std::pair<std::string, std::string>> config_describe(const Config& c
   Config copy = cfg;
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& f : fields(copy)) out.push_back({f.key, str_cat(field_value(f).dump(), "  ", f.help)});
+  for (const Knob& k : kKnobs) out.push_back({str_cat("aah.", k.name), str_cat("(", k.type, ")  ", k.help)});
+  std::string regimes;
+  for (auto& r : controller_regime_names()) regimes += (regimes.empty() ? "" : ", ") + r;
+  out.push_back({"aah.regime names", regimes});
   return out;
 }
 

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "controller/controller.h"
+
 namespace aah {
 
 struct ModelConfig {
@@ -45,8 +47,11 @@ struct TrainConfig {
 };
 
 struct AahConfig {
-  std::string regime = "full";      // the window policy; only "full" until the controller lands
+  std::string regime = "full";      // a controller regime preset (controller_regime_names()), e.g. full_adaptive
   std::string attention = "local";  // "local" (tiled, skips masked work) or "dense" (T x T scores + mask)
+  // Controller knobs set explicitly (aah.windows, aah.tau, ...), applied on top of the regime's preset. Setting
+  // aah.regime clears them: a regime is a complete preset, knobs given after it refine it.
+  nlohmann::json knobs = nlohmann::json::object();
 };
 
 struct Config {
@@ -64,6 +69,10 @@ void config_set(Config& cfg, const std::string& assignment);
 void config_validate(const Config& cfg);
 // config.json of a run: Qwen3 fields, architectures, plus "train" and "aah" blocks.
 nlohmann::json config_to_json(const Config& cfg);
+// The controller configuration a run uses: default windows (context/8, /4, /2, /1), the regime's preset, then the
+// explicit aah.* knobs; warmup and seed from train.*. Validated; errors name the aah.* key.
+ControllerConfig controller_config_of(const Config& cfg);
+
 // Every settable key with its current value and a one-line description (for --help and the README).
 std::vector<std::pair<std::string, std::string>> config_describe(const Config& cfg);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "controller/controller.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
@@ -37,8 +38,15 @@ bool is_checkpoint_step(const TrainConfig& t, int step) {
   return false;
 }
 
+// The window policy's state: the controller and the attention diagnostics of its last update (features 6-8 of
+// the next one), saved beside the model so a resumed run decides exactly as an uninterrupted one.
+struct PolicyState {
+  Controller* controller;
+  std::vector<double>* diag;  // (3, L, H): entropy, output norm, usage
+};
+
 void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& model, const AdamW& opt,
-                     const TrainState& st) {
+                     const TrainState& st, const PolicyState& ps) {
   const std::string step = std::to_string(st.step);
   write_file_atomic(dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
   weights_save(dir + "/model.safetensors", model, {{"format", "pt"}, {"step", step}});
@@ -51,9 +59,17 @@ void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& mo
   w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
   w.set_metadata("step", step);
   w.write(dir + "/training_state.safetensors");
+  SafetensorsWriter cw;
+  ps.controller->save(cw);
+  const int64_t LH = int64_t(ps.diag->size() / 3);
+  cw.add_raw("diagnostics", "F64", ps.diag->data(), ps.diag->size() * sizeof(double), {3, LH});
+  cw.set_metadata("step", step);
+  cw.set_metadata("regime", cfg.aah.regime);
+  cw.write(dir + "/controller_state.safetensors");
 }
 
-void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, TrainState& st) {
+void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, TrainState& st,
+                     const PolicyState& ps) {
   auto meta = weights_load(dir + "/model.safetensors", model);
   const std::string path = dir + "/training_state.safetensors";
   SafetensorsReader r(path);
@@ -69,6 +85,12 @@ void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, Tr
   if (meta.count("step") && meta["step"] != std::to_string(st.step))
     fail("[checkpoint] ", dir, ": model.safetensors is from step ", meta["step"], " but training_state from step ",
          st.step);
+  SafetensorsReader cr(dir + "/controller_state.safetensors");
+  ps.controller->load(cr);
+  cr.read_raw("diagnostics", "F64", ps.diag->data(), {3, int64_t(ps.diag->size() / 3)});
+  if (cr.metadata().count("step") && cr.metadata().at("step") != std::to_string(st.step))
+    fail("[checkpoint] ", dir, ": controller_state.safetensors is from step ", cr.metadata().at("step"),
+         " but training_state from step ", st.step);
 }
 
 // Keeps metrics lines up to `step` (a resumed run rewrites what came after its checkpoint).
@@ -85,7 +107,8 @@ void truncate_metrics(const std::string& path, int step) {
 }
 
 bool run_dir_has_results(const std::string& dir) {
-  for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "metrics.jsonl"})
+  for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "controller_state.safetensors",
+                        "metrics.jsonl"})
     if (file_exists(dir + "/" + f)) return true;
   return false;
 }
@@ -121,10 +144,39 @@ int train_run(const TrainOptions& o) {
   model.dense_attention = cfg.aah.attention == "dense";
   AdamW opt;
   opt.init(model);
+
+  // The window policy (spec sections 2-5): on control-update steps the controller decides each layer's windows
+  // inside the forward, after q/k/v and before attention, from the batch's features and the diagnostics the
+  // attention collected at the previous update.
+  const int L = mc.num_hidden_layers, H = mc.num_attention_heads;
+  Controller controller(controller_config_of(cfg), L, H);
+  std::vector<double> diag(size_t(3) * L * H, 0.0), features(size_t(H) * kControllerFeatures);
+  const PolicyState policy{&controller, &diag};
+  bool update_now = false;
+  int policy_step = 0;
+  std::FILE* trace = nullptr;
+  if (!o.trace_file.empty()) {
+    trace = std::fopen(o.trace_file.c_str(), o.resume ? "a" : "w");
+    if (!trace) fail("[train] cannot open trace file ", o.trace_file);
+  }
+  model.before_attention = [&](int l, const float* q, const float* k, const float* v, int B_, int T_, int* win) {
+    if (!update_now) return;
+    const double* raw = nullptr;
+    if (controller.needs_features()) {
+      controller_head_features(features.data(), q, k, v, B_, H, mc.num_key_value_heads, T_, mc.head_dim,
+                               diag.data() + size_t(l) * H, diag.data() + size_t(L + l) * H,
+                               diag.data() + size_t(2 * L + l) * H);
+      raw = features.data();
+    }
+    json tr;
+    const std::vector<int>& w = controller.update(l, raw, policy_step, trace ? &tr : nullptr);
+    std::copy(w.begin(), w.end(), win);
+    if (trace) std::fprintf(trace, "%s\n", tr.dump().c_str());
+  };
   TrainState st;
   st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
   if (o.resume) {
-    load_checkpoint(o.out_dir, model, opt, st);
+    load_checkpoint(o.out_dir, model, opt, st, policy);
     if (st.step >= tc.steps) {
       std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
       return 0;
@@ -140,6 +192,7 @@ int train_run(const TrainOptions& o) {
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
 
+  controller.copy_windows(model.windows().data());
   std::FILE* metrics = std::fopen((o.out_dir + "/metrics.jsonl").c_str(), "a");
   if (!metrics) fail("[train] cannot open ", o.out_dir, "/metrics.jsonl for appending");
   std::vector<int32_t> inp(size_t(B) * T), tgt(size_t(B) * T);
@@ -162,7 +215,16 @@ int train_run(const TrainOptions& o) {
         std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b) * T);
         std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b) * T);
       }
+      // A control update runs in the first micro-batch's forward only, and only then are diagnostics collected.
+      update_now = micro == 0 && controller.is_update_step(st.step);
+      policy_step = st.step;
+      const bool collect = update_now && controller.needs_features();
+      model.diag_entropy = collect ? diag.data() : nullptr;
+      model.diag_out_norm = collect ? diag.data() + size_t(L) * H : nullptr;
+      model.diag_usage = collect ? diag.data() + size_t(2 * L) * H : nullptr;
       loss += model.forward(inp.data(), tgt.data(), B, T, 1.0f) / tc.grad_accum;
+      update_now = false;
+      model.diag_entropy = model.diag_out_norm = model.diag_usage = nullptr;
       model.backward(inp.data(), B, T);
     }
     // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
@@ -207,7 +269,13 @@ int train_run(const TrainOptions& o) {
                    {"tokens_per_s", tok_s},
                    {"peak_rss_mb", peak_rss_mb()},
                    {"tokens", st.tokens_seen},
-                   {"elapsed_s", elapsed}};
+                   {"elapsed_s", elapsed},
+                   {"attn_ratio", controller.acr()},
+                   {"pair_ratio", controller.exact_pair_ratio(T)},
+                   {"levels_used", controller.mean_levels_used()}};
+      json buckets = json::object();
+      for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
+      line["window_fractions"] = buckets;
       if (eval_now) {
         const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, B);
         line["val_loss"] = ev.loss;
@@ -228,10 +296,11 @@ int train_run(const TrainOptions& o) {
       loss_count = 0;
     }
     const bool stop_now = o.stop_after > 0 && st.step == o.stop_after;
-    if (is_checkpoint_step(tc, st.step) || stop_now) save_checkpoint(o.out_dir, cfg, model, opt, st);
+    if (is_checkpoint_step(tc, st.step) || stop_now) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
     if (stop_now) break;
   }
   std::fclose(metrics);
+  if (trace) std::fclose(trace);
   if (!o.quiet && exit_code == 0)
     std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
                  format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());

@@ -4,6 +4,7 @@
 //   config.json                 Qwen3 fields + "train" + "aah" blocks (what was run)
 //   model.safetensors           weights at the last checkpoint, HF tensor names
 //   training_state.safetensors  AdamW moments, step, RNG, tokens seen (to resume bit-identically)
+//   controller_state.safetensors  the AAH controller per layer (scorers, EMAs, topology, windows) + diagnostics
 //   metrics.jsonl               one JSON object per log interval
 #pragma once
 #include <string>
@@ -21,6 +22,7 @@ struct TrainOptions {
   bool resume = false;
   bool force = false;  // overwrite an existing run directory
   bool quiet = false;  // no progress lines
+  std::string trace_file;  // --trace-controller: one JSON line per layer per control update
   int stop_after = 0;  // > 0: checkpoint and stop after this many steps, as if interrupted (tests resume)
 };
 
