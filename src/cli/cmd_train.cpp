@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "controller/controller.h"
+#include "model/window_policy.h"
 #include "io/safetensors.h"
 #include "core/check.h"
 #include "eval/eval.h"
@@ -29,10 +29,10 @@ int run_eval(const std::string& run, const std::string& data, bool json, const s
   model.dense_attention = cfg.aah.attention == "dense";
   weights_load(run + "/model.safetensors", model);
   // The windows in force at the checkpoint (the controller's cached decisions).
-  Controller controller(controller_config_of(cfg), cfg.model.num_hidden_layers, cfg.model.num_attention_heads);
+  WindowPolicyRunner policy(cfg, model);
   const std::string state = run + "/controller_state.safetensors";
-  if (file_exists(state)) controller.load(SafetensorsReader(state));
-  controller.copy_windows(model.windows().data());
+  if (file_exists(state)) policy.load(SafetensorsReader(state));
+  const Controller& controller = policy.controller();
   EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size);
   if (json) {
     nlohmann::json j = {{"val_loss", r.loss},        {"val_ppl", r.ppl},

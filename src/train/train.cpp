@@ -16,6 +16,7 @@
 #include "io/shard.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model/window_policy.h"
 #include "train/optimizer.h"
 
 namespace aah {
@@ -38,15 +39,8 @@ bool is_checkpoint_step(const TrainConfig& t, int step) {
   return false;
 }
 
-// The window policy's state: the controller and the attention diagnostics of its last update (features 6-8 of
-// the next one), saved beside the model so a resumed run decides exactly as an uninterrupted one.
-struct PolicyState {
-  Controller* controller;
-  std::vector<double>* diag;  // (3, L, H): entropy, output norm, usage
-};
-
 void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& model, const AdamW& opt,
-                     const TrainState& st, const PolicyState& ps) {
+                     const TrainState& st, const WindowPolicyRunner& policy) {
   const std::string step = std::to_string(st.step);
   write_file_atomic(dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
   weights_save(dir + "/model.safetensors", model, {{"format", "pt"}, {"step", step}});
@@ -59,17 +53,16 @@ void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& mo
   w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
   w.set_metadata("step", step);
   w.write(dir + "/training_state.safetensors");
+  // The window policy's state, so a resumed run decides exactly as an uninterrupted one.
   SafetensorsWriter cw;
-  ps.controller->save(cw);
-  const int64_t LH = int64_t(ps.diag->size() / 3);
-  cw.add_raw("diagnostics", "F64", ps.diag->data(), ps.diag->size() * sizeof(double), {3, LH});
+  policy.save(cw);
   cw.set_metadata("step", step);
   cw.set_metadata("regime", cfg.aah.regime);
   cw.write(dir + "/controller_state.safetensors");
 }
 
 void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, TrainState& st,
-                     const PolicyState& ps) {
+                     WindowPolicyRunner& policy) {
   auto meta = weights_load(dir + "/model.safetensors", model);
   const std::string path = dir + "/training_state.safetensors";
   SafetensorsReader r(path);
@@ -86,8 +79,7 @@ void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, Tr
     fail("[checkpoint] ", dir, ": model.safetensors is from step ", meta["step"], " but training_state from step ",
          st.step);
   SafetensorsReader cr(dir + "/controller_state.safetensors");
-  ps.controller->load(cr);
-  cr.read_raw("diagnostics", "F64", ps.diag->data(), {3, int64_t(ps.diag->size() / 3)});
+  policy.load(cr);
   if (cr.metadata().count("step") && cr.metadata().at("step") != std::to_string(st.step))
     fail("[checkpoint] ", dir, ": controller_state.safetensors is from step ", cr.metadata().at("step"),
          " but training_state from step ", st.step);
@@ -145,34 +137,9 @@ int train_run(const TrainOptions& o) {
   AdamW opt;
   opt.init(model);
 
-  // The window policy (spec sections 2-5): on control-update steps the controller decides each layer's windows
-  // inside the forward, after q/k/v and before attention, from the batch's features and the diagnostics the
-  // attention collected at the previous update.
-  const int L = mc.num_hidden_layers, H = mc.num_attention_heads;
-  Controller controller(controller_config_of(cfg), L, H);
-  std::vector<double> diag(size_t(3) * L * H, 0.0), features(size_t(H) * kControllerFeatures);
-  const PolicyState policy{&controller, &diag};
-  bool update_now = false;
-  int policy_step = 0;
-  std::FILE* trace = nullptr;
-  if (!o.trace_file.empty()) {
-    trace = std::fopen(o.trace_file.c_str(), o.resume ? "a" : "w");
-    if (!trace) fail("[train] cannot open trace file ", o.trace_file);
-  }
-  model.before_attention = [&](int l, const float* q, const float* k, const float* v, int B_, int T_, int* win) {
-    if (!update_now) return;
-    const double* raw = nullptr;
-    if (controller.needs_features()) {
-      controller_head_features(features.data(), q, k, v, B_, H, mc.num_key_value_heads, T_, mc.head_dim,
-                               diag.data() + size_t(l) * H, diag.data() + size_t(L + l) * H,
-                               diag.data() + size_t(2 * L + l) * H);
-      raw = features.data();
-    }
-    json tr;
-    const std::vector<int>& w = controller.update(l, raw, policy_step, trace ? &tr : nullptr);
-    std::copy(w.begin(), w.end(), win);
-    if (trace) std::fprintf(trace, "%s\n", tr.dump().c_str());
-  };
+  WindowPolicyRunner policy(cfg, model);
+  if (!o.trace_file.empty()) policy.open_trace(o.trace_file, o.resume);
+  const Controller& controller = policy.controller();
   TrainState st;
   st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
   if (o.resume) {
@@ -192,7 +159,6 @@ int train_run(const TrainOptions& o) {
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
 
-  controller.copy_windows(model.windows().data());
   std::FILE* metrics = std::fopen((o.out_dir + "/metrics.jsonl").c_str(), "a");
   if (!metrics) fail("[train] cannot open ", o.out_dir, "/metrics.jsonl for appending");
   std::vector<int32_t> inp(size_t(B) * T), tgt(size_t(B) * T);
@@ -215,16 +181,9 @@ int train_run(const TrainOptions& o) {
         std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b) * T);
         std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b) * T);
       }
-      // A control update runs in the first micro-batch's forward only, and only then are diagnostics collected.
-      update_now = micro == 0 && controller.is_update_step(st.step);
-      policy_step = st.step;
-      const bool collect = update_now && controller.needs_features();
-      model.diag_entropy = collect ? diag.data() : nullptr;
-      model.diag_out_norm = collect ? diag.data() + size_t(L) * H : nullptr;
-      model.diag_usage = collect ? diag.data() + size_t(2 * L) * H : nullptr;
+      policy.begin_forward(st.step, /*update=*/micro == 0);  // a control update runs in the first micro-batch only
       loss += model.forward(inp.data(), tgt.data(), B, T, 1.0f) / tc.grad_accum;
-      update_now = false;
-      model.diag_entropy = model.diag_out_norm = model.diag_usage = nullptr;
+      policy.end_forward();
       model.backward(inp.data(), B, T);
     }
     // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
@@ -300,7 +259,6 @@ int train_run(const TrainOptions& o) {
     if (stop_now) break;
   }
   std::fclose(metrics);
-  if (trace) std::fclose(trace);
   if (!o.quiet && exit_code == 0)
     std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
                  format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());

@@ -1,0 +1,74 @@
+#include "model/window_policy.h"
+
+#include "core/check.h"
+#include "core/sys.h"
+#include "io/safetensors.h"
+
+namespace aah {
+
+WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
+    : model_(model),
+      controller_(controller_config_of(cfg), cfg.model.num_hidden_layers, cfg.model.num_attention_heads),
+      L_(cfg.model.num_hidden_layers),
+      H_(cfg.model.num_attention_heads),
+      Hkv_(cfg.model.num_key_value_heads),
+      D_(cfg.model.head_dim),
+      diag_(size_t(3) * L_ * H_, 0.0),
+      features_(size_t(H_) * kControllerFeatures) {
+  controller_.copy_windows(model_.windows().data());
+  model_.before_attention = [this](int l, const float* q, const float* k, const float* v, int B, int T, int* win) {
+    if (!update_now_) return;
+    const double t0 = now_seconds();
+    const double* raw = nullptr;
+    if (controller_.needs_features()) {
+      controller_head_features(features_.data(), q, k, v, B, H_, Hkv_, T, D_, diag_.data() + size_t(l) * H_,
+                               diag_.data() + size_t(L_ + l) * H_, diag_.data() + size_t(2 * L_ + l) * H_);
+      raw = features_.data();
+    }
+    nlohmann::json tr;
+    const std::vector<int>& w = controller_.update(l, raw, step_, trace_ ? &tr : nullptr);
+    std::copy(w.begin(), w.end(), win);
+    if (trace_) std::fprintf(trace_, "%s\n", tr.dump().c_str());
+    seconds_ += now_seconds() - t0;
+  };
+}
+
+WindowPolicyRunner::~WindowPolicyRunner() {
+  model_.before_attention = nullptr;
+  if (trace_) std::fclose(trace_);
+}
+
+void WindowPolicyRunner::open_trace(const std::string& path, bool append) {
+  trace_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!trace_) fail("[trace] cannot open ", path, " for writing");
+}
+
+void WindowPolicyRunner::begin_forward(int step, bool update) {
+  update_now_ = update && controller_.is_update_step(step);
+  step_ = step;
+  // The attention collects diagnostics only on update steps (features 6-8 of the next update). Each layer's
+  // previous values are read by the hook before its attention overwrites them, so one buffer serves both.
+  const bool collect = update_now_ && controller_.needs_features();
+  model_.diag_entropy = collect ? diag_.data() : nullptr;
+  model_.diag_out_norm = collect ? diag_.data() + size_t(L_) * H_ : nullptr;
+  model_.diag_usage = collect ? diag_.data() + size_t(2 * L_) * H_ : nullptr;
+}
+
+void WindowPolicyRunner::end_forward() {
+  update_now_ = false;
+  model_.diag_entropy = model_.diag_out_norm = model_.diag_usage = nullptr;
+  if (trace_) std::fflush(trace_);
+}
+
+void WindowPolicyRunner::save(SafetensorsWriter& w) const {
+  controller_.save(w);
+  w.add_raw("diagnostics", "F64", diag_.data(), diag_.size() * sizeof(double), {3, int64_t(L_) * H_});
+}
+
+void WindowPolicyRunner::load(const SafetensorsReader& r) {
+  controller_.load(r);
+  r.read_raw("diagnostics", "F64", diag_.data(), {3, int64_t(L_) * H_});
+  controller_.copy_windows(model_.windows().data());
+}
+
+}  // namespace aah

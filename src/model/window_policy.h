@@ -1,0 +1,54 @@
+// Runs the AAH controller inside a model's forward (spec section 5): on control-update steps each layer's windows
+// are decided after q, k, v exist and before attention, from the batch's head features and the attention
+// diagnostics collected at the previous update; between updates the cached windows stay in force.
+// Used by training, the benchmarks and evaluation, so all of them execute the same policy.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "controller/controller.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace aah {
+
+class SafetensorsReader;
+class SafetensorsWriter;
+
+class WindowPolicyRunner {
+ public:
+  // Builds the controller of cfg (regime + knobs) and installs itself as model.before_attention.
+  WindowPolicyRunner(const Config& cfg, Model<float>& model);
+  WindowPolicyRunner(const WindowPolicyRunner&) = delete;
+  WindowPolicyRunner& operator=(const WindowPolicyRunner&) = delete;
+  ~WindowPolicyRunner();
+
+  // Call before a forward: `update` says whether this forward may run a control update (the first micro-batch of
+  // an optimizer step); the runner asks the controller whether `step` is an update step.
+  void begin_forward(int step, bool update);
+  void end_forward();
+
+  Controller& controller() { return controller_; }
+  const Controller& controller() const { return controller_; }
+  // Writes one JSON line per layer per control update to `path` (append when `append`).
+  void open_trace(const std::string& path, bool append);
+  double seconds() const { return seconds_; }  // time spent in features + decisions so far
+
+  // controller_state.safetensors: the controller's tensors plus "diagnostics" (3, L, H) F64.
+  void save(SafetensorsWriter& w) const;
+  void load(const SafetensorsReader& r);
+
+ private:
+  Model<float>& model_;
+  Controller controller_;
+  int L_, H_, Hkv_, D_;
+  std::vector<double> diag_;      // (3, L, H): entropy, output norm, usage of the last update's attention
+  std::vector<double> features_;  // (H, 9) scratch
+  bool update_now_ = false;
+  int step_ = 0;
+  std::FILE* trace_ = nullptr;
+  double seconds_ = 0;
+};
+
+}  // namespace aah
