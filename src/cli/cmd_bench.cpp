@@ -14,10 +14,13 @@ void add_bench_commands(CLI::App& app, int& rc) {
   bench->require_subcommand(1);
   static bool json = false;
   static int steps = 5;
+  static std::string regime = "full";
   auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
   tr->add_flag("--json", json, "One JSON object per line");
   tr->add_option("--steps", steps, "Timed steps (median reported)")->capture_default_str();
-  tr->callback([&rc] { rc = bench_train(json, steps); });
+  tr->add_option("--regime", regime, "Also time this AAH regime side by side with full windows")
+      ->capture_default_str();
+  tr->callback([&rc] { rc = bench_train(json, steps, regime); });
 #ifdef AAH_HAVE_BENCH_ATTENTION
   auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
   at->add_flag("--json", json, "One JSON object per line");

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/sys.h"
 
 namespace aah {
 
@@ -233,6 +234,7 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     }
     std::vector<int> clamped(win, win + H);  // windows never exceed the sequence
     for (int& w : clamped) w = std::max(1, std::min(w, full_T));
+    const double t_attn = now_seconds();
     if constexpr (std::is_same_v<real, float>) {
       if (dense_attention)
         cpu::attn_dense_forward(att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D, diag_ptr, &counters);
@@ -241,6 +243,7 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     } else {
       attn_local_forward(att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D, diag_ptr, &counters);
     }
+    attention_seconds += now_seconds() - t_attn;
     heads_merge_forward(a.merged, att, B, H, T, D);
     matmul_forward(xa, a.merged, p.wo + size_t(l) * C * H * D, N, H * D, C);
     for (size_t i = 0; i < NC; i++) xa[i] += x[i];
@@ -312,6 +315,7 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
     real* k = a.k + l * NKD;
     real* v = a.v + l * NKD;
     real* lse = a.lse + size_t(l) * N * H;
+    const double t_attn = now_seconds();
     if constexpr (std::is_same_v<real, float>) {
       if (dense_attention)
         cpu::attn_dense_backward(a.dq, a.dk, a.dv, a.dq_pre, att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D,
@@ -323,6 +327,7 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
       attn_local_backward(a.dq, a.dk, a.dv, a.dq_pre, att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D,
                           &counters);
     }
+    attention_seconds += now_seconds() - t_attn;
     rope_backward(a.dq, rope_cos_.data, rope_sin_.data, B * H, T, D);
     rope_backward(a.dk, rope_cos_.data, rope_sin_.data, B * Hkv, T, D);
     if (m.qk_norm) {

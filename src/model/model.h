@@ -103,6 +103,7 @@ class Model {
   void set_full_windows(int T);
   bool dense_attention = false;  // aah.attention = dense: T x T scores + mask (comparison path)
   AttnCounters counters;         // attention work, accumulated over calls
+  double attention_seconds = 0;  // wall time inside the attention kernels, accumulated
   // Called in each layer after q, k (normed, rotated) and v exist and before attention, so a window policy can set
   // this layer's windows (H values, in place) from the batch's own activations: the AAH controller does this on
   // its update steps, and the new windows apply to that same forward (spec section 5).
