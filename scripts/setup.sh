@@ -8,6 +8,8 @@ packages=(
   nlohmann-json3-dev       # JSON configs, metrics, safetensors headers
   libcli11-dev             # command line
   libpcre2-dev             # tokenizer regexes
+  libutf8proc-dev          # Unicode normalization (NFC) for the tokenizers
+  libpython3.11-stdlib     # `aah data code` corpus: the Python standard library sources
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

@@ -7,6 +7,11 @@
 #define AAH_HAVE_BENCH_ATTENTION 1
 #endif
 
+#if __has_include("bench/bench_tokenizer.h")
+#include "bench/bench_tokenizer.h"
+#define AAH_HAVE_BENCH_TOKENIZER 1
+#endif
+
 namespace aah {
 
 void add_bench_commands(CLI::App& app, int& rc) {
@@ -21,6 +26,11 @@ void add_bench_commands(CLI::App& app, int& rc) {
   tr->add_option("--regime", regime, "Also time this AAH regime side by side with full windows")
       ->capture_default_str();
   tr->callback([&rc] { rc = bench_train(json, steps, regime); });
+#ifdef AAH_HAVE_BENCH_TOKENIZER
+  auto* tk = bench->add_subcommand("tokenizer", "Byte-level BPE (vocab 8192): training time on 10 MB, encoding MB/s");
+  tk->add_flag("--json", json, "One JSON object per line");
+  tk->callback([&rc] { rc = bench_tokenizer(json); });
+#endif
 #ifdef AAH_HAVE_BENCH_ATTENTION
   auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
   at->add_flag("--json", json, "One JSON object per line");

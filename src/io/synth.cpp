@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "io/corpus.h"
 #include "io/files.h"
 #include "io/shard.h"
 
@@ -65,12 +66,48 @@ SynthCorpus synth_generate(const SynthOptions& o) {
   return c;
 }
 
-void synth_write(const std::string& dir, const SynthOptions& o) {
+nlohmann::ordered_json synth_tokenizer_json(const SynthOptions& o) {
+  using ojson = nlohmann::ordered_json;
+  const char* markers[3] = {"<doc>", "<def>", "<ask>"};
+  ojson added = ojson::array(), vocab = ojson::object();
+  for (int i = 0; i < 3; i++) {
+    added.push_back({{"id", i},
+                     {"content", markers[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+    vocab[markers[i]] = i;
+  }
+  for (int k = 0; k < o.keys; k++) vocab[str_cat("k", k)] = 3 + k;
+  for (int w = 3 + o.keys; w < o.vocab_size; w++) vocab[str_cat("w", w - 3 - o.keys)] = w;
+  ojson j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = std::move(added);
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "WhitespaceSplit"}};
+  j["post_processor"] = nullptr;
+  j["decoder"] = nullptr;
+  j["model"] = {{"type", "WordLevel"}, {"vocab", std::move(vocab)}, {"unk_token", "<unk>"}};
+  return j;
+}
+
+void synth_write(const std::string& dir, const SynthOptions& o, bool force) {
+  corpus_check_out_dir(dir, force);
   SynthCorpus c = synth_generate(o);
   if (c.val.empty() || c.train.empty()) fail("[synth] --tokens ", o.tokens, " is too small to split train/val");
   make_dirs(dir);
   shard_write(dir + "/train.bin", c.train, uint32_t(o.vocab_size));
   shard_write(dir + "/val.bin", c.val, uint32_t(o.vocab_size));
+  write_file_atomic(dir + "/tokenizer.json", synth_tokenizer_json(o).dump(2) + "\n");
+  nlohmann::json files = nlohmann::json::object();
+  for (const char* f : {"train.bin", "val.bin", "tokenizer.json"}) {
+    const std::string bytes = read_file(dir + "/" + f);
+    files[f] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+  }
   nlohmann::json meta = {{"source", "synth"},
                          {"vocab_size", o.vocab_size},
                          {"train_tokens", c.train.size()},
@@ -81,7 +118,15 @@ void synth_write(const std::string& dir, const SynthOptions& o) {
                          {"keys", o.keys},
                          {"distance", {o.min_distance, o.max_distance}},
                          {"seed", o.seed},
-                         {"split", "by document, about 5% validation"}};
+                         {"split", "by document, about 5% validation"},
+                         {"document_start", {{"token", "<doc>"}, {"id", 0}}},
+                         {"tokenizer",
+                          {{"file", "tokenizer.json"},
+                           {"type", "WordLevel (Hugging Face tokenizer.json), WhitespaceSplit"},
+                           {"tokens",
+                            "<doc> = 0, <def> = 1, <ask> = 2, k0.. = keys from 3, w0.. = words and values "
+                            "from 3 + keys"}}},
+                         {"files", files}};
   write_file_atomic(dir + "/meta.json", meta.dump(2) + "\n");
 }
 

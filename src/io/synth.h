@@ -1,11 +1,14 @@
 // The built-in `synth` corpus: token sequences that mix local structure (a random first-order grammar with a few
 // likely successors per token) with long-range recall (a key/value pair defined early in a document and asked for
-// again hundreds to thousands of tokens later). Deterministic for a seed. No tokenizer: ids are the text.
+// again hundreds to thousands of tokens later). Deterministic for a seed. The ids are the text; tokenizer.json
+// (a Hugging Face WordLevel model, WhitespaceSplit pre-tokenizer) names them so that `aah tokenize` can show them.
 //
-// Token ids: 0 = document start, 1 = DEF marker, 2 = ASK marker, [3, 3 + keys) keys, [3 + keys, V) words and
-// values. A definition is DEF k v; a question is ASK k v, where v can only be predicted by remembering the DEF.
+// Token ids: 0 = document start "<doc>", 1 = DEF marker "<def>", 2 = ASK marker "<ask>", [3, 3 + keys) keys
+// "k0", "k1", ..., [3 + keys, V) words and values "w0", "w1", .... A definition is DEF k v; a question is
+// ASK k v, where v can only be predicted by remembering the DEF.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,9 +17,9 @@ namespace aah {
 struct SynthOptions {
   int64_t tokens = 2'000'000;  // total, train + val
   int vocab_size = 512;
-  int doc_tokens = 2048;       // mean document length
-  int keys = 64;               // distinct keys
-  int min_distance = 64;       // DEF-to-ASK distance range, in tokens
+  int doc_tokens = 2048;  // mean document length
+  int keys = 64;          // distinct keys
+  int min_distance = 64;  // DEF-to-ASK distance range, in tokens
   int max_distance = 1536;
   uint64_t seed = 0;
 };
@@ -27,7 +30,10 @@ struct SynthCorpus {
 };
 
 SynthCorpus synth_generate(const SynthOptions& opt);
-// Writes DIR/train.bin, DIR/val.bin and DIR/meta.json.
-void synth_write(const std::string& dir, const SynthOptions& opt);
+// The WordLevel tokenizer.json of the ids above (markers also as special added tokens).
+nlohmann::ordered_json synth_tokenizer_json(const SynthOptions& opt);
+// Writes DIR/train.bin, DIR/val.bin, DIR/tokenizer.json and DIR/meta.json (sizes, split, distances, SHA-256 of
+// each file). Refuses to overwrite those files unless `force`.
+void synth_write(const std::string& dir, const SynthOptions& opt, bool force = false);
 
 }  // namespace aah

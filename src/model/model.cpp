@@ -179,12 +179,12 @@ void Model<real>::zero_grads() {
 }
 
 template <class real>
-double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale) {
+void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
   const ModelConfig& m = cfg_;
   const int N = B * T, C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads,
-            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size, V = m.vocab_size,
+            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size,
             QKV = (H + 2 * Hkv) * D;
   const float eps = float(m.rms_norm_eps);
   Params<real>& p = p_;
@@ -257,7 +257,22 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     for (size_t i = 0; i < NC; i++) x_next[i] += xa[i];
   }
   rmsnorm_forward(a.lnf, a.rstdf, a.x + size_t(L) * NC, p.norm_f, N, C, eps);
+}
+
+template <class real>
+void Model<real>::forward_logits(const int32_t* tokens, int B, int T, real* logits) {
+  forward_trunk(tokens, B, T);
+  matmul_forward(logits, a_.lnf, p_.lm_head, B * T, cfg_.hidden_size, cfg_.vocab_size);
+  have_head_grad_ = false;
+}
+
+template <class real>
+double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale) {
   AAH_CHECK(targets, "forward needs targets");
+  forward_trunk(tokens, B, T);
+  const int N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
+  Params<real>& p = p_;
+  Activations<real>& a = a_;
   have_head_grad_ = grad_scale != 0;
   double sum = 0;
   for (int r0 = 0; r0 < N; r0 += kLogitRows) {

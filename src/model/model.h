@@ -120,6 +120,10 @@ class Model {
   // right away, accumulating the LM-head gradient and leaving d(final norm output) for backward().
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 0);
   static constexpr int kLogitRows = 512;
+  // Forward over tokens (B, T) writing every position's logits into `logits` (B*T, V): inference and tests.
+  void forward_logits(const int32_t* tokens, int B, int T, real* logits);
+  int max_batch() const { return max_B_; }
+  int max_context() const { return max_T_; }
   // Backward of the last forward; accumulates (+=) parameter gradients.
   void backward(const int32_t* tokens, int B, int T);
   void zero_grads();
@@ -128,6 +132,7 @@ class Model {
 
  private:
   void build_tensor_table();
+  void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
   void compute_rope(int T);
 
   ModelConfig cfg_;
