@@ -120,6 +120,11 @@ class Model {
   // right away, accumulating the LM-head gradient and leaving d(final norm output) for backward().
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 0);
   static constexpr int kLogitRows = 512;
+  // Forward over tokens (B, T) up to the final norm; returns its output (B*T, C) (valid until the next forward).
+  const real* forward_hidden(const int32_t* tokens, int B, int T) {
+    forward_trunk(tokens, B, T);
+    return a_.lnf;
+  }
   // Forward over tokens (B, T) writing every position's logits into `logits` (B*T, V): inference and tests.
   void forward_logits(const int32_t* tokens, int B, int T, real* logits);
   int max_batch() const { return max_B_; }

@@ -1,0 +1,37 @@
+// Incremental decoding with a per-head KV cache: prefill the prompt through the model's forward (the windowed
+// attention kernel), then one token at a time, attending each head only to its last W_h positions in the cache.
+// The logits equal a full forward over the same tokens (tests check 1e-5).
+//
+// C hidden, L layers, H heads, Hkv KV heads, D head dim, F intermediate, V vocabulary.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "infer/kv_cache.h"
+#include "model/model.h"
+
+namespace aah {
+
+class Decoder {
+ public:
+  // Uses the windows in force in `model` (model.windows(), (L, H)); holds at most max_positions positions.
+  Decoder(Model<float>& model, int max_positions);
+  // Appends tokens to the session (prompt chunks up to the model's context go through the batched forward);
+  // returns the logits of the last one (V floats, valid until the next call).
+  const float* prefill(const int32_t* tokens, int n);
+  // Appends one token; returns the logits of the next position.
+  const float* step(int32_t token);
+  const KVCache& cache() const { return cache_; }
+  int position() const { return cache_.length; }
+  int max_positions() const { return max_positions_; }
+  double attention_pairs() const { return pairs_; }  // (query, key) pairs attended in step()
+
+ private:
+  Model<float>& model_;
+  int max_positions_;
+  KVCache cache_;
+  std::vector<float> x_, ln_, qkv_, att_, tmp_, h_, act_, logits_, scores_, cos_, sin_, rstd_;
+  double pairs_ = 0;
+};
+
+}  // namespace aah
