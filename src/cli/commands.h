@@ -7,4 +7,5 @@ namespace aah {
 void add_data_commands(CLI::App& app, int& rc);   // data, tokenizer, tokenize     (cmd_data.cpp)
 void add_train_commands(CLI::App& app, int& rc);  // train, eval                   (cmd_train.cpp)
 void add_bench_commands(CLI::App& app, int& rc);  // bench train|attention|...     (cmd_bench.cpp)
+void add_generate_commands(CLI::App& app, int& rc);  // generate                    (cmd_generate.cpp)
 }  // namespace aah

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   aah::add_data_commands(app, rc);
   aah::add_train_commands(app, rc);
   aah::add_bench_commands(app, rc);
+  aah::add_generate_commands(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

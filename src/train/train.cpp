@@ -154,6 +154,9 @@ int train_run(const TrainOptions& o) {
     model.init_weights(uint64_t(tc.seed));
     write_file_atomic(o.out_dir + "/metrics.jsonl", "");
     write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
+    // The run directory is self-contained (HF layout): the data's tokenizer goes with the model.
+    if (file_exists(o.data_dir + "/tokenizer.json"))
+      write_file_atomic(o.out_dir + "/tokenizer.json", read_file(o.data_dir + "/tokenizer.json"));
   }
   if (!o.quiet)
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",

@@ -1,0 +1,93 @@
+// aah generate: stream text from a run's model with its per-head KV cache.
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "core/sys.h"
+#include "infer/decoder.h"
+#include "infer/sampler.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "model/weights.h"
+#include "model/window_policy.h"
+
+namespace aah {
+
+namespace {
+
+struct GenerateOptions {
+  std::string run, prompt;
+  int max_new = 100;
+  SamplerOptions sampler;
+  std::vector<std::string> sets;
+};
+
+int run_generate(const GenerateOptions& o) {
+  Config cfg = run_config_load(o.run);
+  for (auto& s : o.sets) config_set(cfg, s);
+  config_validate(cfg);
+  const std::string tok_path = o.run + "/tokenizer.json";
+  if (!file_exists(tok_path)) fail("[generate] ", o.run, ": no tokenizer.json (copy the data's tokenizer.json there)");
+  Tokenizer tok = Tokenizer::load(tok_path);
+  std::vector<int32_t> ids = tok.encode(o.prompt);
+  if (ids.empty()) fail("[generate] the prompt encodes to no tokens");
+  for (int32_t id : ids)
+    if (id >= cfg.model.vocab_size)
+      fail("[generate] prompt token ", id, " is outside the model's vocabulary (", cfg.model.vocab_size, ")");
+  const int positions = int(ids.size()) + o.max_new;
+  Model<float> model(cfg.model, 1, std::min(positions, cfg.train.context), /*with_grads=*/false);
+  weights_load(o.run + "/model.safetensors", model);
+  {
+    WindowPolicyRunner policy(cfg, model);  // the windows in force at the checkpoint
+    const std::string state = o.run + "/controller_state.safetensors";
+    if (file_exists(state)) policy.load(SafetensorsReader(state));
+  }
+  Decoder dec(model, positions);
+  Sampler sampler(o.sampler);
+  const double t0 = now_seconds();
+  const float* logits = dec.prefill(ids.data(), int(ids.size()));
+  const double t_prefill = now_seconds() - t0;
+  std::fputs(o.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  std::vector<int32_t> out;
+  std::string printed;
+  const double t1 = now_seconds();
+  for (int i = 0; i < o.max_new; i++) {
+    const int32_t next = sampler.sample(logits, cfg.model.vocab_size);
+    out.push_back(next);
+    // Print what the new token completes (a token may end inside a UTF-8 character).
+    std::string text = tok.decode(out);
+    if (text.size() > printed.size() && (text.back() & 0xC0) != 0x80 && (unsigned char)text.back() < 0xC0) {
+      std::fputs(text.c_str() + printed.size(), stdout);
+      std::fflush(stdout);
+      printed = text;
+    }
+    if (i + 1 < o.max_new) logits = dec.step(next);
+  }
+  const double t_decode = now_seconds() - t1;
+  std::printf("\n");
+  std::fprintf(stderr, "[generate] prompt %zu tokens (%.0f tokens/s prefill), %d new (%.1f tokens/s), KV cache %.2f MB\n",
+               ids.size(), ids.size() / std::max(1e-9, t_prefill), o.max_new, o.max_new / std::max(1e-9, t_decode),
+               dec.cache().bytes() / 1048576.0);
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_commands(CLI::App& app, int& rc) {
+  auto* gen = app.add_subcommand("generate", "Generate text from a run's model, streaming, with its per-head KV cache");
+  static GenerateOptions o;
+  gen->add_option("--run", o.run, "Run directory (config.json, model.safetensors, tokenizer.json)")->required();
+  gen->add_option("--prompt", o.prompt, "Prompt text")->required();
+  gen->add_option("--max-new", o.max_new, "Tokens to generate")->capture_default_str();
+  gen->add_option("--temperature", o.sampler.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
+  gen->add_option("--top-k", o.sampler.top_k, "Keep the k most probable tokens (0: all)")->capture_default_str();
+  gen->add_option("--top-p", o.sampler.top_p, "Keep the smallest set with this probability mass")->capture_default_str();
+  gen->add_option("--seed", o.sampler.seed, "Sampling seed")->capture_default_str();
+  gen->add_option("--set", o.sets, "Override a config key");
+  gen->callback([&rc] { rc = run_generate(o); });
+}
+
+}  // namespace aah
