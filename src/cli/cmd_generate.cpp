@@ -49,10 +49,11 @@ int run_generate(const GenerateOptions& o) {
   const double t0 = now_seconds();
   const float* logits = dec.prefill(ids.data(), int(ids.size()));
   const double t_prefill = now_seconds() - t0;
-  std::fputs(o.prompt.c_str(), stdout);
+  // Decode prompt + generated ids together (tokenizers may join tokens with separators) and print what is new.
+  std::vector<int32_t> out = ids;
+  std::string printed = tok.decode(out);
+  std::fputs(printed.c_str(), stdout);
   std::fflush(stdout);
-  std::vector<int32_t> out;
-  std::string printed;
   const double t1 = now_seconds();
   for (int i = 0; i < o.max_new; i++) {
     const int32_t next = sampler.sample(logits, cfg.model.vocab_size);
