@@ -10,7 +10,7 @@ AAH=build/release/aah
 DATA=data/synth
 RUN=runs/main/full
 [ -f "$DATA/train.bin" ] || $AAH data synth --out "$DATA" --tokens 4000000
-SETS=(--set vocab_size=512 --set train.context=512 --set train.batch_size=8 --set train.steps=600
+SETS=(--set vocab_size=512 --set train.context=512 --set train.batch_size=8 --set train.steps=400
       --set train.eval_interval=100 --set train.lr=2e-3 --set train.min_lr=2e-4)
 if [ -f "$RUN/training_state.safetensors" ]; then
   $AAH train --data "$DATA" --out "$RUN" --resume
