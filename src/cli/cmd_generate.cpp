@@ -38,7 +38,7 @@ int run_generate(const GenerateOptions& o) {
       fail("[generate] prompt token ", id, " is outside the model's vocabulary (", cfg.model.vocab_size, ")");
   const int positions = int(ids.size()) + o.max_new;
   Model<float> model(cfg.model, 1, std::min(positions, cfg.train.context), /*with_grads=*/false);
-  weights_load(o.run + "/model.safetensors", model);
+  weights_load_dir(o.run, model);
   {
     WindowPolicyRunner policy(cfg, model);  // the windows in force at the checkpoint
     const std::string state = o.run + "/controller_state.safetensors";

@@ -10,6 +10,7 @@
 #include "eval/eval.h"
 #include "io/files.h"
 #include "io/shard.h"
+#include "io/tokenizer.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "train/train.h"
@@ -18,16 +19,28 @@ namespace aah {
 
 namespace {
 
-int run_eval(const std::string& run, const std::string& data, bool json, const std::vector<std::string>& sets) {
+int run_eval(const std::string& run, const std::string& data, const std::string& text, bool json,
+             const std::vector<std::string>& sets) {
   Config cfg = run_config_load(run);
   for (auto& s : sets) config_set(cfg, s);
   config_validate(cfg);
-  TokenShard val = shard_read(data + "/val.bin");
+  if (data.empty() == text.empty()) fail("[eval] give exactly one of --data DIR or --text FILE");
+  TokenShard val;
+  if (!text.empty()) {  // any UTF-8 text, tokenized with the run's tokenizer
+    const std::string tok_path = run + "/tokenizer.json";
+    if (!file_exists(tok_path)) fail("[eval] ", run, ": no tokenizer.json to tokenize ", text);
+    val.path = text;
+    val.tokens = Tokenizer::load(tok_path).encode(read_file(text));
+    val.vocab_size = 0;
+    for (int32_t id : val.tokens) val.vocab_size = std::max<uint32_t>(val.vocab_size, uint32_t(id) + 1);
+  } else {
+    val = shard_read(data + "/val.bin");
+  }
   if (int64_t(val.vocab_size) > cfg.model.vocab_size)
     fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
   Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
   model.dense_attention = cfg.aah.attention == "dense";
-  weights_load(run + "/model.safetensors", model);
+  weights_load_dir(run, model);
   // The windows in force at the checkpoint (the controller's cached decisions).
   WindowPolicyRunner policy(cfg, model);
   const std::string state = run + "/controller_state.safetensors";
@@ -74,15 +87,17 @@ void add_train_commands(CLI::App& app, int& rc) {
     rc = train_run(to);
   });
 
-  auto* eval = app.add_subcommand("eval", "Validation loss and perplexity of a run's model on DIR/val.bin");
-  static std::string run, data;
+  auto* eval = app.add_subcommand(
+      "eval", "Loss and perplexity of a run's (or a Hugging Face Qwen3 directory's) model on DIR/val.bin or a text");
+  static std::string run, data, text;
   static bool json = false;
   static std::vector<std::string> sets;
   eval->add_option("--run", run, "Run directory")->required();
-  eval->add_option("--data", data, "Data directory with val.bin")->required();
+  eval->add_option("--data", data, "Data directory with val.bin");
+  eval->add_option("--text", text, "Or: any UTF-8 text file, tokenized with the run's tokenizer.json");
   eval->add_option("--set", sets, "Override a key, e.g. --set train.eval_windows=64");
   eval->add_flag("--json", json, "Print one JSON object");
-  eval->callback([&rc] { rc = run_eval(run, data, json, sets); });
+  eval->callback([&rc] { rc = run_eval(run, data, text, json, sets); });
 }
 
 }  // namespace aah

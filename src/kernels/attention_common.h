@@ -8,6 +8,13 @@ namespace aah {
 // Every mask, kernel and cache uses it.
 inline bool attn_visible(int q_pos, int k_pos, int window) { return k_pos <= q_pos && q_pos - k_pos < window; }
 
+// Number of visible (query, key) pairs of one head over T positions: sum over t < T of min(t + 1, window).
+inline uint64_t attn_visible_pairs(int T, int window) {
+  const uint64_t t = T > 0 ? uint64_t(T) : 0, w = window < 1 ? 1 : uint64_t(window);
+  if (w >= t) return t * (t + 1) / 2;
+  return w * (w + 1) / 2 + (t - w) * w;
+}
+
 // Work counters of the attention kernels, accumulated (+=) by every call.
 struct AttnCounters {
   uint64_t fwd_pairs = 0;           // (query, key) pairs visible under the windows, forward
@@ -26,5 +33,17 @@ struct AttnDiagnostics {
   double* out_norm = nullptr;
   double* usage = nullptr;
 };
+
+namespace cpu {
+// How attn_local_backward splits its work over threads. Every schedule gives bitwise identical results (same
+// per-element operation order), so the choice only affects speed; tests force each one.
+//   per_head: one pass, a task per (batch, kv head) computes dQ, dK and dV of its heads (5 tile products per
+//             tile pair, but only B * Hkv tasks).
+//   per_tile: two passes, dK/dV over (batch, kv head, key tile) tasks, then dQ over (batch, head, query tile)
+//             tasks (7 tile products per tile pair, fine-grained).
+//   automatic: per_head when its estimated makespan on the current thread count beats per_tile.
+enum class AttnBackwardSchedule { automatic, per_head, per_tile };
+void attn_local_set_backward_schedule(AttnBackwardSchedule schedule);
+}  // namespace cpu
 
 }  // namespace aah

@@ -318,6 +318,9 @@ json config_to_json(const Config& cfg) {
   const json resolved = controller_config_to_json(controller_config_of(cfg));
   for (const Knob& k : kKnobs)
     if (resolved.contains(k.name)) j["aah"][k.name] = resolved[k.name];
+  // Default windows follow the context (T/8, T/4, T/2, T): keep them implicit so an evaluation at another
+  // context rescales them, as it would for a fresh run.
+  if (resolved["windows"] == json(controller_default_windows(cfg.train.context))) j["aah"].erase("windows");
   return j;
 }
 

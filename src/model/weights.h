@@ -13,6 +13,11 @@ void weights_save(const std::string& path, Model<float>& model, const std::map<s
 // Returns the file's metadata.
 std::map<std::string, std::string> weights_load(const std::string& path, Model<float>& model);
 
+// Loads the weights of a run or Hugging Face model directory: DIR/model.safetensors, or the shards listed in
+// DIR/model.safetensors.index.json ("weight_map": tensor -> shard file). BF16, F16 and F32 tensors become fp32.
+// A tied model accepts a file that also stores lm_head.weight (it must equal the embedding's shape).
+void weights_load_dir(const std::string& dir, Model<float>& model);
+
 // Reads RUN/config.json into a Config (defaults for anything it does not mention), validated.
 Config run_config_load(const std::string& run_dir);
 

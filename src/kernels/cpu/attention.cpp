@@ -1,14 +1,752 @@
-// TEMPORARY: routes to the reference until the tiled kernel lands (issue 3).
+// Fast causal attention with one window per head (FlashAttention-2 on the CPU): forward and backward, tiled,
+// online softmax, fp32 accumulation, OpenMP over (batch, head, tile). Work follows the windows: a query tile
+// visits only the key tiles that intersect [i - W_h + 1, i], and only boundary tiles apply the element mask.
+//
+// Shapes: B batch, H query heads, Hkv key/value heads (query head h reads kv head h / (H / Hkv)), T positions,
+// D head dim; BQ query rows and BK keys per tile.
+//   q, out, dout, dq (B, H, T, D)   k, v, dk, dv (B, Hkv, T, D)   lse (B, H, T)   window (H)
+// Per-thread tile scratch (grown once, reused by every call):
+//   qt, dot (D, BQ)   query tile (times 1/sqrt(D)) and dout tile, transposed: column i is query row q0 + i
+//   st, dpt (BK, BQ)  scores S^T / probabilities P^T, and dP^T / dS^T of the current (query tile, key tile)
+//                     (row stride kLd = BQ + 8)
+//   stats (8, BQ)     per-query running max, sum, rescale factor, lse, Delta, diagnostic accumulators
+// Per-call scratch: Delta = rowsum(dout * out) (B, H, T) in the backward; diagnostic partial sums per task.
+//
+// Why transposed scores: with keys as rows and queries as columns, every per-query quantity (running max,
+// sum, lse, Delta) is a vector over 8 consecutive queries, so the softmax needs no horizontal reductions, and
+// all six tile products are one register-blocked kernel C = A B with A read by broadcasts and B by rows.
+//
+// Determinism: every output element is produced by one task, as a fixed chain of FMAs (over d, then over keys
+// or queries in ascending tile order), so results do not depend on the number of threads or on the schedule.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/check.h"
+#include "kernels/cpu/attention_simd.h"
 #include "kernels/ops.h"
 
 namespace aah::cpu {
+namespace {
+
+// Tile sizes: 48, 64 and 96 measured alike on this machine; 64 keeps the boundary waste of small windows low.
+constexpr int kBQ = 64;  // query rows per tile (a multiple of 8: columns of the score tile are 8-wide vectors)
+constexpr int kBK = 64;  // keys per tile
+// Row stride of the transposed tiles (qt, dot, st, dpt): BQ + 8, so that walking down a column (the PV and dQ
+// products do) does not map every row to the same few L1 sets.
+constexpr int kLd = kBQ + 8;
+// Masked scores are kMasked, finite so that e * (s - m) stays 0 rather than 0 * inf; the running max starts at
+// kNegBig > kMasked, so that a row that has seen only masked keys keeps e = exp(kMasked - kNegBig) = 0.
+constexpr float kMasked = -1e30f;
+constexpr float kNegBig = -1e20f;
+
+AttnBackwardSchedule g_backward_schedule = AttnBackwardSchedule::automatic;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tile product C (M, N) = [C or diag(rs) C or 0] + A B, with A(r, k) = A[r rsa + k ksa] (read by broadcasts),
+// B(k, c) = B[k ldb + c] and C(r, c) = C[r ldc + c]. Each C element is one FMA chain over k = 0 .. K-1.
+enum GemmMode { kSet, kAdd, kScaleAdd };
+
+#ifdef AAH_ATTN_AVX2
+template <int MR, int NV, int MODE>
+inline void attn_ukernel(int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb, float* C,
+                         int64_t ldc, const float* rs) {
+  __m256 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) {
+      if constexpr (MODE == kSet)
+        acc[r][v] = _mm256_setzero_ps();
+      else if constexpr (MODE == kAdd)
+        acc[r][v] = _mm256_loadu_ps(C + r * ldc + 8 * v);
+      else
+        acc[r][v] = _mm256_mul_ps(_mm256_set1_ps(rs[r]), _mm256_loadu_ps(C + r * ldc + 8 * v));
+    }
+  for (int k = 0; k < K; k++) {
+    __m256 b[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) b[v] = _mm256_loadu_ps(Bm + k * ldb + 8 * v);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+      const __m256 a = _mm256_broadcast_ss(A + r * rsa + k * ksa);
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) _mm256_storeu_ps(C + r * ldc + 8 * v, acc[r][v]);
+}
+
+// Rows left over after the MR-row blocks: one kernel instantiation per remainder.
+template <int R, int NV, int MODE>
+inline void attn_ukernel_tail(int rem, int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm,
+                              int64_t ldb, float* C, int64_t ldc, const float* rs) {
+  if constexpr (R > 0) {
+    if (rem == R)
+      attn_ukernel<R, NV, MODE>(K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+    else
+      attn_ukernel_tail<R - 1, NV, MODE>(rem, K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+  }
+}
+#endif
+
+// The k range [lo, hi) that a block of rows [r0, r1) x columns [c0, c1) needs. Boundary tiles pass one of the
+// band ranges below, so the parts of a tile that no visible pair touches are not computed: an empty range skips
+// the block (kSet and kAdd leave C as it is, kScaleAdd only rescales).
+struct AttnRange {
+  int lo, hi;
+};
+struct AttnFullRange {
+  int K;
+  AttnRange operator()(int, int, int, int) const { return {0, K}; }
+};
+// Score blocks: rows are keys k0 + r, columns queries q0 + c, k runs over d. All or nothing.
+struct AttnScoreRange {
+  int q0, k0, W, K;
+  AttnRange operator()(int r0, int r1, int c0, int c1) const {
+    const int64_t dmax = (int64_t)q0 + c1 - 1 - (k0 + r0), dmin = (int64_t)q0 + c0 - (k0 + r1 - 1);
+    return dmax >= 0 && dmin < W ? AttnRange{0, K} : AttnRange{0, 0};
+  }
+};
+// Rows are queries q0 + r, k runs over the keys k0 + k they can see (k < nk).
+struct AttnQueryRowRange {
+  int q0, k0, W, nk;
+  AttnRange operator()(int r0, int r1, int, int) const {
+    return {(int)std::max<int64_t>(0, (int64_t)q0 + r0 - W + 1 - k0), std::min(nk, q0 + r1 - k0)};
+  }
+};
+// Rows are keys k0 + r, k runs over the queries q0 + k that see them (k < nq).
+struct AttnKeyRowRange {
+  int q0, k0, W, nq;
+  AttnRange operator()(int r0, int r1, int, int) const {
+    return {std::max(0, k0 + r0 - q0), (int)std::min<int64_t>(nq, (int64_t)k0 + r1 + W - 1 - q0)};
+  }
+};
+
+#ifdef AAH_ATTN_AVX2
+// All M rows of the column panel [c0, c0 + 8 NV) (its B panel stays in L1 while the row blocks stream).
+// Returns the multiply-adds executed.
+template <int MR, int NV, int MODE, class Range>
+inline uint64_t attn_gemm_panel(int M, int c0, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb,
+                            float* C, int64_t ldc, const float* rs, const Range& range) {
+  uint64_t macs = 0;
+  for (int r = 0; r < M; r += MR) {
+    const int mr = std::min(MR, M - r);
+    AttnRange k = range(r, r + mr, c0, c0 + 8 * NV);
+    if (k.hi <= k.lo) {
+      if (MODE != kScaleAdd) continue;
+      k.hi = k.lo;
+    }
+    const float* a = A + r * rsa + k.lo * ksa;
+    const float* b = Bm + c0 + k.lo * ldb;
+    float* cp = C + r * ldc + c0;
+    const float* rr = MODE == kScaleAdd ? rs + r : rs;
+    if (mr == MR)
+      attn_ukernel<MR, NV, MODE>(k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
+    else
+      attn_ukernel_tail<MR - 1, NV, MODE>(mr, k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
+    macs += (uint64_t)mr * 8 * NV * (k.hi - k.lo);
+  }
+  return macs;
+}
+#endif
+
+template <int MODE, class Range>
+uint64_t attn_gemm(int M, int N, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb, float* C,
+                   int64_t ldc, const float* rs, const Range& range) {
+  int c = 0;
+  uint64_t macs = 0;
+#ifdef AAH_ATTN_AVX2
+  // 6 rows x 2 vectors = 12 accumulators (+ 2 B vectors + 1 broadcast = 15 of the 16 ymm registers): 8 loads
+  // per 12 FMAs and enough independent FMAs in flight to hide their latency.
+  for (; c + 16 <= N; c += 16) macs += attn_gemm_panel<6, 2, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+  for (; c + 8 <= N; c += 8) macs += attn_gemm_panel<8, 1, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+#endif
+  for (; c < N; c++)  // portable path, and columns left over when N is not a multiple of 8
+    for (int r = 0; r < M; r++) {
+      const AttnRange k = range(r, r + 1, c, c + 1);
+      if (k.hi <= k.lo && MODE != kScaleAdd) continue;
+      float acc = MODE == kSet ? 0.0f : MODE == kAdd ? C[r * ldc + c] : rs[r] * C[r * ldc + c];
+      for (int j = k.lo; j < k.hi; j++) acc = std::fma(A[r * rsa + j * ksa], Bm[j * ldb + c], acc);
+      C[r * ldc + c] = acc;
+      macs += std::max(0, k.hi - k.lo);
+    }
+  return macs;
+}
+
+// Interior tiles take the full range, boundary tiles the band range.
+template <int MODE, class Band>
+inline uint64_t attn_gemm_tile(bool interior, int M, int N, int K, const float* A, int64_t rsa, int64_t ksa,
+                               const float* Bm, int64_t ldb, float* C, int64_t ldc, const float* rs,
+                               const Band& band) {
+  if (interior) return attn_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, AttnFullRange{K});
+  return attn_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tile bookkeeping.
+
+inline int64_t attn_row(int b, int h, int t, int Hn, int T) { return ((int64_t)b * Hn + h) * T + t; }
+
+// Key tiles a query tile [q0, q0 + nq) visits: those intersecting [q0 - W + 1, q0 + nq - 1].
+inline void attn_key_tiles(int q0, int nq, int W, int& kt_lo, int& kt_hi) {
+  kt_lo = std::max(0, q0 - W + 1) / kBK;
+  kt_hi = (q0 + nq - 1) / kBK;
+}
+// Query tiles that see key tile [k0, k0 + nk): those intersecting [k0, k0 + nk - 1 + W - 1]. The same tile pairs
+// as attn_key_tiles (both are "the tile pair holds at least one visible element").
+inline void attn_query_tiles(int k0, int nk, int W, int T, int& qt_lo, int& qt_hi) {
+  qt_lo = k0 / kBQ;
+  qt_hi = (int)(std::min<int64_t>(T - 1, (int64_t)k0 + nk - 2 + W) / kBQ);
+}
+// A tile pair with every element visible needs no mask.
+inline bool attn_tile_interior(int q0, int nq, int k0, int nk, int W) {
+  return k0 + nk - 1 <= q0 && (int64_t)q0 + nq - 1 - k0 < W;
+}
+
+// Rows of a key tile that the 8 queries q0 + c .. q0 + c + 7 can see, all of them in interior tiles: [lo, hi).
+inline AttnRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int W) {
+  if (interior) return {0, nk};
+  const int lo = (int)std::min<int64_t>(nk, std::max<int64_t>(0, (int64_t)q0 + c - W + 1 - k0));
+  return {lo, std::max(lo, std::min(nk, q0 + c + 8 - k0))};
+}
+
+// Boundary tiles: st (nk, ld) rows lo .. hi-1 of columns c .. c+7 (queries q0 + c + lane, keys k0 + j) get kMasked
+// where the key is not visible.
+inline void attn_mask_rows(float* st, AttnRange rows, int c, int q0, int k0, int W) {
+  for (int j = rows.lo; j < rows.hi; j++) {
+    float* row = st + j * kLd + c;
+    for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
+  }
+}
+
+// dst (D, BQ) = src (nq, D)^T * scale, columns nq .. ncol-1 zeroed.
+void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, float scale) {
+  int i = 0;
+#ifdef AAH_ATTN_AVX2
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (; i + 8 <= nq; i += 8) {
+    int d = 0;
+    for (; d + 8 <= D; d += 8) {  // 8 x 8 block transpose in registers
+      __m256 r[8], t[8];
+      for (int a = 0; a < 8; a++) r[a] = _mm256_mul_ps(_mm256_loadu_ps(src + (int64_t)(i + a) * D + d), sc);
+      for (int a = 0; a < 4; a++) {
+        t[2 * a] = _mm256_unpacklo_ps(r[2 * a], r[2 * a + 1]);
+        t[2 * a + 1] = _mm256_unpackhi_ps(r[2 * a], r[2 * a + 1]);
+      }
+      for (int a = 0; a < 2; a++) {
+        r[4 * a + 0] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0x44);
+        r[4 * a + 1] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0xEE);
+        r[4 * a + 2] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0x44);
+        r[4 * a + 3] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0xEE);
+      }
+      for (int a = 0; a < 4; a++) {
+        _mm256_storeu_ps(dst + (d + a) * kLd + i, _mm256_permute2f128_ps(r[a], r[a + 4], 0x20));
+        _mm256_storeu_ps(dst + (d + a + 4) * kLd + i, _mm256_permute2f128_ps(r[a], r[a + 4], 0x31));
+      }
+    }
+    for (; d < D; d++)
+      for (int a = 0; a < 8; a++) dst[d * kLd + i + a] = src[(int64_t)(i + a) * D + d] * scale;
+  }
+#endif
+  for (; i < nq; i++)
+    for (int d = 0; d < D; d++) dst[d * kLd + i] = src[(int64_t)i * D + d] * scale;
+  for (int d = 0; d < D; d++)
+    for (int c = nq; c < ncol; c++) dst[d * kLd + c] = 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Per-thread scratch. Grown (never shrunk) on the calling thread, then split among the OpenMP threads.
+struct AttnScratch {
+  Buffer<float> tiles;    // per OpenMP thread: qt, dot, st, dpt, stats
+  Buffer<float> delta;    // (B, H, T) backward
+  Buffer<double> diag;    // (B, H, n query tiles, 3) forward diagnostics partial sums
+  std::vector<int> order;  // task order of the per-head backward (longest first)
+  std::vector<double> cost, load;  // its per-task costs and the makespan estimate
+  size_t per_thread = 0;
+  float* thread_tiles(int tid) { return tiles.data + per_thread * tid; }
+};
+
+AttnScratch& attn_scratch() {
+  thread_local AttnScratch s;
+  return s;
+}
+
+template <class U>
+void grow(Buffer<U>& buf, size_t n) {
+  if (buf.size < n) buf.resize(n);
+}
+
+size_t attn_tile_floats(int D) {
+  auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
+  return 2 * round16((size_t)D * kLd) + 2 * round16((size_t)kBK * kLd) + 8 * kBQ;
+}
+
+void attn_prepare_scratch(AttnScratch& s, int D, int nthreads) {
+  s.per_thread = attn_tile_floats(D);
+  grow(s.tiles, s.per_thread * nthreads);
+}
+
+struct TileScratch {
+  float *qt, *dot, *st, *dpt;
+  float *m, *l, *alpha, *lse, *delta, *ent, *dist, *spare;
+  explicit TileScratch(float* base, int D) {
+    const size_t qd = ((size_t)D * kLd + 15) / 16 * 16, kq = ((size_t)kBK * kLd + 15) / 16 * 16;
+    qt = base, dot = qt + qd, st = dot + qd, dpt = st + kq;
+    float* stats = dpt + kq;
+    m = stats, l = m + kBQ, alpha = l + kBQ, lse = alpha + kBQ, delta = lse + kBQ, ent = delta + kBQ;
+    dist = ent + kBQ, spare = dist + kBQ;
+  }
+};
+
+// Thread-local work counts, summed into AttnCounters after the parallel loop.
+struct LocalCounts {
+  uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward.
+
+// Online-softmax update with one key tile. st (nk, ld) holds the scaled scores of queries 0 .. ncol-1 (columns)
+// and becomes P~^T = exp(s - m_new), 0 where masked. alpha[i] = exp(m_old - m_new) rescales O and l. In
+// boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated; the others
+// are set to 0. With diag: ent accumulates e (s - m) and dist accumulates e (i - j), rescaled the same way, so
+// that at the end entropy = log l - ent / l and mean distance = dist / l.
+void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
+                       int W) {
+  for (int c = 0; c < ncol; c += 8) {  // ncol is a multiple of 8
+    const AttnRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
+    for (int j = 0; j < nk; j++)
+      if (j < rg.lo || j >= rg.hi)
+        for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f;
+    if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
+#ifdef AAH_ATTN_AVX2
+    const __m256 m_old = _mm256_loadu_ps(ts.m + c);
+    __m256 mx0 = _mm256_set1_ps(kMasked), mx1 = mx0;
+    int j = rg.lo;
+    for (; j + 2 <= rg.hi; j += 2) {
+      mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(st + j * kLd + c));
+      mx1 = _mm256_max_ps(mx1, _mm256_loadu_ps(st + (j + 1) * kLd + c));
+    }
+    if (j < rg.hi) mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(st + j * kLd + c));
+    const __m256 m_new = _mm256_max_ps(m_old, _mm256_max_ps(mx0, mx1));
+    const __m256 alpha = attn_exp_avx2(_mm256_sub_ps(m_old, m_new));
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    if (!diag) {
+      for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
+        const __m256 e0 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
+        const __m256 e1 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new));
+        _mm256_storeu_ps(st + j * kLd + c, e0);
+        _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+      }
+      if (j < rg.hi) {
+        const __m256 e0 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
+        _mm256_storeu_ps(st + j * kLd + c, e0);
+        s0 = _mm256_add_ps(s0, e0);
+      }
+    } else {
+      // a = sum e (s - m_new); dist = sum e (i - j) = (i - k0) sum e - sum e (j - k0)
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, j0 = a0, j1 = a0;
+      for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
+        const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
+        const __m256 x1 = _mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new);
+        const __m256 e0 = attn_exp_avx2(x0), e1 = attn_exp_avx2(x1);
+        _mm256_storeu_ps(st + j * kLd + c, e0);
+        _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+        a0 = _mm256_fmadd_ps(e0, x0, a0);
+        a1 = _mm256_fmadd_ps(e1, x1, a1);
+        j0 = _mm256_fmadd_ps(e0, _mm256_set1_ps((float)j), j0);
+        j1 = _mm256_fmadd_ps(e1, _mm256_set1_ps((float)(j + 1)), j1);
+      }
+      if (j < rg.hi) {
+        const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
+        const __m256 e0 = attn_exp_avx2(x0);
+        _mm256_storeu_ps(st + j * kLd + c, e0);
+        s0 = _mm256_add_ps(s0, e0);
+        a0 = _mm256_fmadd_ps(e0, x0, a0);
+        j0 = _mm256_fmadd_ps(e0, _mm256_set1_ps((float)j), j0);
+      }
+      const __m256 l_old = _mm256_loadu_ps(ts.l + c);
+      const __m256 ent_old = _mm256_loadu_ps(ts.ent + c);
+      // ent_new = alpha (ent_old + (m_old - m_new) l_old) + sum e (s - m_new)
+      const __m256 ent_shift = _mm256_fmadd_ps(_mm256_sub_ps(m_old, m_new), l_old, ent_old);
+      _mm256_storeu_ps(ts.ent + c, _mm256_fmadd_ps(alpha, ent_shift, _mm256_add_ps(a0, a1)));
+      const __m256 irel = _mm256_add_ps(_mm256_set1_ps((float)(q0 + c - k0)), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256 d_tile = _mm256_fmsub_ps(irel, _mm256_add_ps(s0, s1), _mm256_add_ps(j0, j1));
+      _mm256_storeu_ps(ts.dist + c, _mm256_fmadd_ps(alpha, _mm256_loadu_ps(ts.dist + c), d_tile));
+    }
+    _mm256_storeu_ps(ts.l + c, _mm256_fmadd_ps(alpha, _mm256_loadu_ps(ts.l + c), _mm256_add_ps(s0, s1)));
+    _mm256_storeu_ps(ts.m + c, m_new);
+    _mm256_storeu_ps(ts.alpha + c, alpha);
+#else
+    for (int cc = c; cc < c + 8; cc++) {
+      const float m_old = ts.m[cc];
+      float mx = kMasked;
+      for (int j = rg.lo; j < rg.hi; j++) mx = std::max(mx, st[j * kLd + cc]);
+      const float m_new = std::max(m_old, mx);
+      const float alpha = attn_exp_scalar(m_old - m_new);
+      float sum = 0, a_acc = 0, j_acc = 0;
+      for (int j = rg.lo; j < rg.hi; j++) {
+        const float x = st[j * kLd + cc] - m_new;
+        const float e = attn_exp_scalar(x);
+        st[j * kLd + cc] = e;
+        sum += e;
+        a_acc = std::fma(e, x, a_acc);
+        j_acc = std::fma(e, (float)j, j_acc);
+      }
+      if (diag) {
+        ts.ent[cc] = std::fma(alpha, std::fma(m_old - m_new, ts.l[cc], ts.ent[cc]), a_acc);
+        ts.dist[cc] = std::fma(alpha, ts.dist[cc], std::fma((float)(q0 + cc - k0), sum, -j_acc));
+      }
+      ts.l[cc] = std::fma(alpha, ts.l[cc], sum);
+      ts.m[cc] = m_new;
+      ts.alpha[cc] = alpha;
+    }
+#endif
+  }
+}
+
+struct AttnArgs {
+  const float *q, *k, *v;
+  const int* window;
+  int B, H, Hkv, T, D, group, nqt, nkt;
+  float scale;
+};
+
+AttnArgs attn_args(const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv, int T,
+                   int D, const char* op) {
+  if (B < 0 || H < 1 || Hkv < 1 || T < 0 || D < 1 || H % Hkv != 0)
+    fail("[", op, "] bad shape B=", B, " H=", H, " Hkv=", Hkv, " T=", T, " D=", D, " (H must be a multiple of Hkv)");
+  for (int h = 0; h < H; h++)
+    if (window[h] < 1) fail("[", op, "] window of head ", h, " is ", window[h], ", must be >= 1");
+  AttnArgs a{q, k, v, window, B, H, Hkv, T, D, H / Hkv, (T + kBQ - 1) / kBQ, (T + kBK - 1) / kBK,
+             1.0f / std::sqrt((float)D)};
+  return a;
+}
+
+// One forward task: query tile qt of head h in batch b. Writes out and lse rows; diagnostics partial sums in
+// dsum[3] (entropy, output norm, usage summed over the tile's rows).
+void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, int qt, TileScratch& ts, bool diag,
+                       double* dsum, LocalCounts& cnt) {
+  const int D = a.D, T = a.T, W = a.window[h], hk = h / a.group;
+  const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0), ncol = (nq + 7) / 8 * 8;
+  const float* kbase = a.k + attn_row(b, hk, 0, a.Hkv, T) * D;
+  const float* vbase = a.v + attn_row(b, hk, 0, a.Hkv, T) * D;
+  float* o = out + attn_row(b, h, q0, a.H, T) * D;
+
+  attn_transpose_tile(ts.qt, a.q + attn_row(b, h, q0, a.H, T) * D, nq, ncol, D, a.scale);
+  for (int i = 0; i < ncol; i++) ts.m[i] = kNegBig, ts.l[i] = 0, ts.ent[i] = 0, ts.dist[i] = 0;
+  std::memset(o, 0, sizeof(float) * nq * D);
+
+  int kt_lo, kt_hi;
+  attn_key_tiles(q0, nq, W, kt_lo, kt_hi);
+  for (int kt = kt_lo; kt <= kt_hi; kt++) {
+    const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
+    const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
+    // S^T (nk, ncol) = K_tile Qt
+    const uint64_t qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kbase + (int64_t)k0 * D, D, 1, ts.qt, kLd,
+                                             ts.st, kLd, nullptr, AttnScoreRange{q0, k0, W, D});
+    attn_softmax_tile(ts.st, nk, ncol, ts, diag, interior, q0, k0, W);
+    // O (nq, D) = diag(alpha) O + P~ V_tile
+    const uint64_t pv = attn_gemm_tile<kScaleAdd>(interior, nq, D, nk, ts.st, 1, kLd, vbase + (int64_t)k0 * D, D,
+                                                  o, D, ts.alpha, AttnQueryRowRange{q0, k0, W, nk});
+    cnt.visited++;
+    cnt.computed += qk / D;
+    cnt.macs += qk + pv;
+  }
+  cnt.skipped += kt_lo;  // tiles of the causal triangle that the window skips
+
+  float* lse_row = lse + attn_row(b, h, q0, a.H, T);
+  double ent_sum = 0, norm_sum = 0, use_sum = 0;
+  for (int i = 0; i < nq; i++) {
+    const float inv_l = 1.0f / ts.l[i];
+    float* oi = o + (int64_t)i * D;
+    for (int d = 0; d < D; d++) oi[d] *= inv_l;
+    const float log_l = std::log(ts.l[i]);
+    lse_row[i] = ts.m[i] + log_l;
+    if (diag) {
+      float nrm = 0;
+      for (int d = 0; d < D; d++) nrm = std::fma(oi[d], oi[d], nrm);
+      ent_sum += (double)log_l - (double)ts.ent[i] / ts.l[i];
+      norm_sum += std::sqrt((double)nrm);
+      if (W > 1) use_sum += (double)ts.dist[i] / ts.l[i] / (W - 1);
+    }
+  }
+  if (diag) dsum[0] = ent_sum, dsum[1] = norm_sum, dsum[2] = use_sum;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backward. For a tile pair: S^T = K Qt, P^T = exp(S^T - lse), dP^T = V dOt, dS^T = P^T (dP^T - Delta) / sqrt(D),
+// then dV += P dO, dK += dS^T Q (rows of the key tile), dQ += dS K (rows of the query tile).
+
+// Loads the query-side operands of query tile qt of head h into the scratch.
+void attn_bwd_load_qtile(const AttnArgs& a, const float* dout, const float* lse, const float* delta, int b, int h,
+                         int qt, TileScratch& ts) {
+  const int T = a.T, D = a.D, q0 = qt * kBQ, nq = std::min(kBQ, T - q0), ncol = (nq + 7) / 8 * 8;
+  attn_transpose_tile(ts.qt, a.q + attn_row(b, h, q0, a.H, T) * D, nq, ncol, D, a.scale);
+  attn_transpose_tile(ts.dot, dout + attn_row(b, h, q0, a.H, T) * D, nq, ncol, D, 1.0f);
+  const int64_t r0 = attn_row(b, h, q0, a.H, T);
+  for (int i = 0; i < ncol; i++) {
+    ts.lse[i] = i < nq ? lse[r0 + i] : -kMasked;  // padding queries get P = 0
+    ts.delta[i] = i < nq ? delta[r0 + i] : 0.0f;
+  }
+}
+
+// P^T and dS^T from S^T (in st) and dP^T (in dpt), in place; like the forward, boundary tiles mask only the
+// rows an 8-column group can see and set the others to 0.
+void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch& ts, float scale, bool interior,
+                      int q0, int k0, int W) {
+  for (int c = 0; c < ncol; c += 8) {
+    const AttnRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
+    for (int j = 0; j < nk; j++)
+      if (j < rg.lo || j >= rg.hi)
+        for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f, dpt[j * kLd + c + i] = 0.0f;
+    if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
+#ifdef AAH_ATTN_AVX2
+    const __m256 sc = _mm256_set1_ps(scale), lse = _mm256_loadu_ps(ts.lse + c), delta = _mm256_loadu_ps(ts.delta + c);
+    for (int j = rg.lo; j < rg.hi; j++) {
+      float* sp = st + j * kLd + c;
+      float* dp = dpt + j * kLd + c;
+      const __m256 p = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), lse));
+      _mm256_storeu_ps(sp, p);
+      _mm256_storeu_ps(dp, _mm256_mul_ps(_mm256_mul_ps(p, sc), _mm256_sub_ps(_mm256_loadu_ps(dp), delta)));
+    }
+#else
+    for (int j = rg.lo; j < rg.hi; j++)
+      for (int cc = c; cc < c + 8; cc++) {
+        const float p = attn_exp_scalar(st[j * kLd + cc] - ts.lse[cc]);
+        st[j * kLd + cc] = p;
+        dpt[j * kLd + cc] = (p * scale) * (dpt[j * kLd + cc] - ts.delta[cc]);
+      }
+#endif
+  }
+}
+
+// One tile pair (query tile qt of head h, loaded in ts; key tile kt). want_dkdv: dK, dV rows of the key tile
+// += ; want_dq: dQ rows of the query tile += (the caller zeroes them before the first key tile).
+void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const float* dout, int b, int h, int qt,
+                   int kt, TileScratch& ts, bool want_dkdv, bool want_dq, LocalCounts& cnt) {
+  const int T = a.T, D = a.D, W = a.window[h], hk = h / a.group;
+  const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0), ncol = (nq + 7) / 8 * 8;
+  const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
+  const int64_t krow = attn_row(b, hk, k0, a.Hkv, T) * D, qrow = attn_row(b, h, q0, a.H, T) * D;
+  const float* kp = a.k + krow;
+  const float* vp = a.v + krow;
+
+  const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
+  const AttnScoreRange scores{q0, k0, W, D};
+  // S^T, then dP^T
+  const uint64_t qk =
+      attn_gemm_tile<kSet>(interior, nk, ncol, D, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, scores);
+  uint64_t macs = qk + attn_gemm_tile<kSet>(interior, nk, ncol, D, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr,
+                                            scores);
+  attn_bwd_ds_tile(ts.st, ts.dpt, nk, ncol, ts, a.scale, interior, q0, k0, W);  // st = P^T, dpt = dS^T / sqrt(D)
+  if (want_dkdv) {
+    const AttnKeyRowRange keys{q0, k0, W, nq};
+    // dV += P^T dO, dK += dS^T Q
+    macs += attn_gemm_tile<kAdd>(interior, nk, D, nq, ts.st, kLd, 1, dout + qrow, D, dv + krow, D, nullptr, keys);
+    macs += attn_gemm_tile<kAdd>(interior, nk, D, nq, ts.dpt, kLd, 1, a.q + qrow, D, dk + krow, D, nullptr, keys);
+  }
+  if (want_dq)  // dQ += dS K
+    macs += attn_gemm_tile<kAdd>(interior, nq, D, nk, ts.dpt, 1, kLd, kp, D, dq + qrow, D, nullptr,
+                                 AttnQueryRowRange{q0, k0, W, nk});
+  cnt.visited++;
+  cnt.computed += qk / D;
+  cnt.macs += macs;
+}
+
+// Greedy longest-first makespan of `cost` spread over n threads.
+double attn_makespan(const std::vector<int>& order, const std::vector<double>& cost, std::vector<double>& load,
+                     int n) {
+  load.assign(std::max(1, n), 0.0);
+  for (int i : order) *std::min_element(load.begin(), load.end()) += cost[i];
+  return *std::max_element(load.begin(), load.end());
+}
+
+}  // namespace
+
+void attn_local_set_backward_schedule(AttnBackwardSchedule schedule) { g_backward_schedule = schedule; }
+
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
                         int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
-  ref::attn_local_forward<float>(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
+  const AttnArgs a = attn_args(q, k, v, window, B, H, Hkv, T, D, "attn_local_forward");
+  const bool want_diag = diag && (diag->entropy || diag->out_norm || diag->usage);
+  AttnScratch& s = attn_scratch();
+  const int nthreads = omp_get_max_threads();
+  attn_prepare_scratch(s, D, nthreads);
+  const int64_t ntasks = (int64_t)B * H * a.nqt;
+  if (want_diag) grow(s.diag, (size_t)ntasks * 3);
+  uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
+
+#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+  {
+    TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
+    LocalCounts cnt;
+    // Latest query tiles first: under causal windows they are the longest tasks.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; t++) {
+      const int qt = a.nqt - 1 - (int)(t / ((int64_t)B * H));
+      const int bh = (int)(t % ((int64_t)B * H)), b = bh / H, h = bh % H;
+      attn_forward_task(a, out, lse, b, h, qt, ts, want_diag,
+                        want_diag ? s.diag.data + ((int64_t)bh * a.nqt + qt) * 3 : nullptr, cnt);
+    }
+    computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
+  }
+
+  if (want_diag) {  // fixed-order reduction of the per-task sums: deterministic
+    const double n = std::max(1.0, (double)B * T);
+    for (int h = 0; h < H; h++) {
+      double e = 0, no = 0, u = 0;
+      for (int b = 0; b < B; b++)
+        for (int qt = 0; qt < a.nqt; qt++) {
+          const double* p = s.diag.data + (((int64_t)b * H + h) * a.nqt + qt) * 3;
+          e += p[0], no += p[1], u += p[2];
+        }
+      if (diag->entropy) diag->entropy[h] = e / n;
+      if (diag->out_norm) diag->out_norm[h] = no / n;
+      if (diag->usage) diag->usage[h] = u / n;
+    }
+  }
+  if (counters) {
+    for (int h = 0; h < H; h++) counters->fwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
+    counters->fwd_pairs_computed += computed;
+    counters->fwd_tiles_visited += visited;
+    counters->fwd_tiles_skipped += skipped;
+    counters->macs += macs;
+  }
 }
+
 void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                          const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
                          int T, int D, AttnCounters* counters) {
-  ref::attn_local_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
+  const AttnArgs a = attn_args(q, k, v, window, B, H, Hkv, T, D, "attn_local_backward");
+  AttnScratch& s = attn_scratch();
+  const int nthreads = omp_get_max_threads();
+  attn_prepare_scratch(s, D, nthreads);
+  const int64_t nrows = (int64_t)B * H * T;
+  grow(s.delta, (size_t)std::max<int64_t>(nrows, 1));
+  float* delta = s.delta.data;
+
+  // Delta = rowsum(dO * O), one FMA chain per row.
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < nrows; r++) {
+    const float* o = out + r * D;
+    const float* g = dout + r * D;
+    float acc = 0;
+    for (int d = 0; d < D; d++) acc = std::fma(g[d], o[d], acc);
+    delta[r] = acc;
+  }
+
+  // Pick the schedule: per_head does 5 tile products per tile pair but has only B * Hkv tasks; per_tile does 7
+  // but balances perfectly. Costs in tile pairs.
+  const int nkv = B * Hkv;
+  bool per_head = g_backward_schedule == AttnBackwardSchedule::per_head;
+  std::vector<int>& order = s.order;
+  if (g_backward_schedule != AttnBackwardSchedule::per_tile) {
+    std::vector<double>& cost = s.cost;
+    cost.assign(nkv, 0.0);
+    double total = 0;
+    for (int h = 0; h < H; h++) {
+      double c = 0;
+      for (int qt = 0; qt < a.nqt; qt++) {
+        int lo, hi;
+        attn_key_tiles(qt * kBQ, std::min(kBQ, T - qt * kBQ), window[h], lo, hi);
+        c += hi - lo + 1;
+      }
+      for (int b = 0; b < B; b++) cost[b * Hkv + h / a.group] += c;
+      total += c * B;
+    }
+    order.resize(nkv);
+    for (int i = 0; i < nkv; i++) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return cost[x] > cost[y]; });
+    if (g_backward_schedule == AttnBackwardSchedule::automatic)
+      per_head = 5.0 * attn_makespan(order, cost, s.load, nthreads) <= 7.0 * total / nthreads;
+  }
+
+  uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
+  if (per_head) {
+#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+    {
+      TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
+      LocalCounts cnt;
+#pragma omp for schedule(dynamic, 1)
+      for (int t = 0; t < nkv; t++) {
+        const int b = order[t] / Hkv, hk = order[t] % Hkv;
+        const int64_t kv0 = attn_row(b, hk, 0, Hkv, T) * D;
+        std::memset(dk + kv0, 0, sizeof(float) * T * D);
+        std::memset(dv + kv0, 0, sizeof(float) * T * D);
+        for (int h = hk * a.group; h < (hk + 1) * a.group; h++)
+          for (int qt = 0; qt < a.nqt; qt++) {
+            const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
+            attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
+            std::memset(dq + attn_row(b, h, q0, H, T) * D, 0, sizeof(float) * nq * D);
+            int lo, hi;
+            attn_key_tiles(q0, nq, window[h], lo, hi);
+            for (int kt = lo; kt <= hi; kt++) attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, true, cnt);
+            cnt.skipped += lo;
+          }
+      }
+      computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
+    }
+  } else {
+#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+    {
+      TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
+      LocalCounts cnt;
+      // Pass 1: dK, dV of key tile kt of kv head hk; its query heads in order, query tiles ascending.
+      const int64_t n1 = (int64_t)nkv * a.nkt;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < n1; t++) {
+        const int kt = (int)(t / nkv), b = (int)(t % nkv) / Hkv, hk = (int)(t % nkv) % Hkv;
+        const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
+        const int64_t kv0 = attn_row(b, hk, k0, Hkv, T) * D;
+        std::memset(dk + kv0, 0, sizeof(float) * nk * D);
+        std::memset(dv + kv0, 0, sizeof(float) * nk * D);
+        for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
+          int lo, hi;
+          attn_query_tiles(k0, nk, window[h], T, lo, hi);
+          for (int qt = lo; qt <= hi; qt++) {
+            attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
+            attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, false, cnt);
+          }
+        }
+      }
+      // Pass 2: dQ of query tile qt of head h, key tiles ascending.
+      const int64_t n2 = (int64_t)B * H * a.nqt;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < n2; t++) {
+        const int qt = a.nqt - 1 - (int)(t / ((int64_t)B * H));
+        const int bh = (int)(t % ((int64_t)B * H)), b = bh / H, h = bh % H;
+        const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
+        attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
+        std::memset(dq + attn_row(b, h, q0, H, T) * D, 0, sizeof(float) * nq * D);
+        int lo, hi;
+        attn_key_tiles(q0, nq, window[h], lo, hi);
+        for (int kt = lo; kt <= hi; kt++) attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, true, cnt);
+        cnt.skipped += lo;
+      }
+      computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
+    }
+  }
+  if (counters) {
+    for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
+    counters->bwd_pairs_computed += computed;
+    counters->bwd_tiles_visited += visited;
+    counters->bwd_tiles_skipped += skipped;
+    counters->macs += macs;
+  }
 }
+
 }  // namespace aah::cpu

@@ -21,6 +21,7 @@ void attn_local_forward(T* out, T* lse, const T* q, const T* k, const T* v, cons
     if (diag->out_norm) diag->out_norm[h] = 0;
     if (diag->usage) diag->usage[h] = 0;
   }
+  uint64_t pairs = 0;  // visible (query, key) pairs: the reference computes exactly those
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group, W = window[h];
@@ -29,6 +30,7 @@ void attn_local_forward(T* out, T* lse, const T* q, const T* k, const T* v, cons
         T mx = -INFINITY;
         for (int j = 0; j <= i; j++) {
           if (!attn_visible(i, j, W)) continue;
+          pairs++;
           const T* kj = k + bhtd(b, hk, j, 0, Hkv, T_, D);
           T s = 0;
           for (int d = 0; d < D; d++) s += qi[d] * kj[d];
@@ -61,6 +63,11 @@ void attn_local_forward(T* out, T* lse, const T* q, const T* k, const T* v, cons
         }
       }
     }
+  if (counters) {
+    counters->fwd_pairs += pairs;
+    counters->fwd_pairs_computed += pairs;
+    counters->macs += 2 * pairs * uint64_t(D);  // q.k and p v
+  }
 }
 
 template <class T>
@@ -71,6 +78,7 @@ void attn_local_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const
   const int group = H / Hkv;
   for (int64_t i = 0; i < (int64_t)B * H * T_ * D; i++) dq[i] = 0;
   for (int64_t i = 0; i < (int64_t)B * Hkv * T_ * D; i++) dk[i] = 0, dv[i] = 0;
+  uint64_t pairs = 0;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int hk = h / group, W = window[h];
@@ -83,6 +91,7 @@ void attn_local_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const
         const T l = lse[((int64_t)b * H + h) * T_ + i];
         for (int j = 0; j <= i; j++) {
           if (!attn_visible(i, j, W)) continue;
+          pairs++;
           const T* kj = k + bhtd(b, hk, j, 0, Hkv, T_, D);
           const T* vj = v + bhtd(b, hk, j, 0, Hkv, T_, D);
           T s = 0, dp = 0;
@@ -100,6 +109,11 @@ void attn_local_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const
         }
       }
     }
+  if (counters) {
+    counters->bwd_pairs += pairs;
+    counters->bwd_pairs_computed += pairs;
+    counters->macs += 5 * pairs * uint64_t(D);  // q.k, do.v, dq, dk, dv
+  }
 }
 
 }  // namespace aah::ref
