@@ -153,6 +153,8 @@ TEST(TrainRegimes, ControlOffEqualsFullAndAdaptiveShortensWindows) {
   for (size_t i = 0; i < full.size(); i++) {
     EXPECT_EQ(full[i]["loss"].get<double>(), off[i]["loss"].get<double>());
     EXPECT_EQ(off[i]["attn_ratio"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(off[i]["attn_work_ratio"].get<double>(), 1.0);  // the kernel's own count vs full windows
+    EXPECT_DOUBLE_EQ(off[i]["pair_ratio"].get<double>(), 1.0);
   }
   // ACR as logged agrees with the logged window fractions: sum_W f_W W / T
   double min_acr = 1;
@@ -161,6 +163,9 @@ TEST(TrainRegimes, ControlOffEqualsFullAndAdaptiveShortensWindows) {
     for (auto& [w, f] : m["window_fractions"].items()) acr += f.get<double>() * std::stod(w) / 64.0;
     EXPECT_NEAR(acr, m["attn_ratio"].get<double>(), 1e-12);
     min_acr = std::min(min_acr, m["attn_ratio"].get<double>());
+    // measured work follows the windows: never more than full, and at least the exact pairs
+    EXPECT_LE(m["attn_work_ratio"].get<double>(), 1.0 + 1e-12);
+    EXPECT_GE(m["attn_work_ratio"].get<double>(), m["pair_ratio"].get<double>() - 1e-12);
   }
   EXPECT_LT(min_acr, 1.0) << "the controller never shortened a window";
 }
