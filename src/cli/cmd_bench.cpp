@@ -1,4 +1,5 @@
 // aah bench <what>: benchmarks that print figures and ratios measured side by side in one process.
+#include "bench/bench_decode.h"
 #include "bench/bench_train.h"
 #include "cli/commands.h"
 
@@ -26,6 +27,9 @@ void add_bench_commands(CLI::App& app, int& rc) {
   tr->add_option("--regime", regime, "Also time this AAH regime side by side with full windows")
       ->capture_default_str();
   tr->callback([&rc] { rc = bench_train(json, steps, regime); });
+  auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
+  dc->add_flag("--json", json, "One JSON object per line");
+  dc->callback([&rc] { rc = bench_decode(json); });
 #ifdef AAH_HAVE_BENCH_TOKENIZER
   auto* tk = bench->add_subcommand("tokenizer", "Byte-level BPE (vocab 8192): training time on 10 MB, encoding MB/s");
   tk->add_flag("--json", json, "One JSON object per line");

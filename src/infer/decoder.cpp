@@ -21,7 +21,7 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   h_.resize(size_t(2) * F);
   act_.resize(F);
   logits_.resize(m.vocab_size);
-  scores_.resize(max_positions);
+  scores_.resize(size_t(H) * max_positions);  // one row per head (heads run in parallel)
   cos_.resize(D / 2);
   sin_.resize(D / 2);
   rstd_.resize(H + Hkv);
@@ -94,29 +94,36 @@ const float* Decoder::step(int32_t token) {
       std::memcpy(cache_.value(l, hk, pos), v + size_t(hk) * D, D * sizeof(float));
     }
     // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring.
+    const int* win = model_.windows().data() + size_t(l) * H;
+    double pairs = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : pairs)
     for (int h = 0; h < H; h++) {
-      const int hk = h / group, W = model_.windows()[size_t(l) * H + h];
-      const int lo = std::max(0, pos - W + 1);
+      const int hk = h / group, lo = std::max(0, pos - win[h] + 1);
       const float* qh = q + size_t(h) * D;
+      float* sc = scores_.data() + size_t(h) * max_positions_;
       float mx = -INFINITY;
       for (int j = lo; j <= pos; j++) {
         const float* kj = cache_.key(l, hk, j);
         float s = 0;
+#pragma omp simd reduction(+ : s)
         for (int d = 0; d < D; d++) s += qh[d] * kj[d];
-        scores_[j - lo] = s * scale;
-        mx = std::max(mx, scores_[j - lo]);
+        sc[j - lo] = s * scale;
+        mx = std::max(mx, sc[j - lo]);
       }
       float sum = 0;
-      for (int j = lo; j <= pos; j++) sum += (scores_[j - lo] = std::exp(scores_[j - lo] - mx));
+      for (int j = lo; j <= pos; j++) sum += (sc[j - lo] = std::exp(sc[j - lo] - mx));
       float* o = att_.data() + size_t(h) * D;
       std::fill(o, o + D, 0.0f);
+      const float inv = 1.0f / sum;
       for (int j = lo; j <= pos; j++) {
-        const float pj = scores_[j - lo] / sum;
+        const float pj = sc[j - lo] * inv;
         const float* vj = cache_.value(l, hk, j);
+#pragma omp simd
         for (int d = 0; d < D; d++) o[d] += pj * vj[d];
       }
-      pairs_ += pos - lo + 1;
+      pairs += pos - lo + 1;
     }
+    pairs_ += pairs;
     cpu::matmul_forward(tmp_.data(), att_.data(), p.wo + size_t(l) * C * H * D, 1, H * D, C);
     for (int c = 0; c < C; c++) x_[c] += tmp_[c];
     cpu::rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), p.ln2 + size_t(l) * C, 1, C, eps);
