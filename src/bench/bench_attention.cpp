@@ -4,7 +4,7 @@
 //   full      every head W = T (plain causal)
 //   T/8       every head W = T/8
 //   adaptive  [T/8, T/8, T/8, T/8, T/4, T/4, T/2, T] (the paper's Full-adaptive mix, rounded to 8 heads)
-// Columns: ms (median of 5 runs at T = 1024, 3 at T = 4096, after a warmup; all configurations of a (T, D) are
+// Columns: ms (median of 7 runs at T = 1024, 5 at T = 4096, after a warmup; all configurations of a (T, D) are
 // interleaved run by run), pair_ratio = visible pairs / visible pairs of "full",
 // time_ratio = ms / ms of "full" (same T, D, path, pass), gflops and its share of an sgemm (1024^3, row-major)
 // measured in this process, and for the tiled path its speedup over the dense path.
@@ -119,7 +119,7 @@ int bench_attention(bool json) {
                                    q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
         return now_seconds() - t0;
       };
-      const int reps = T >= 4096 ? 3 : 5;
+      const int reps = T >= 4096 ? 5 : 7;
       for (auto& r : runs) fwd(r), bwd(r);  // warmup
       for (int rep = 0; rep < reps; rep++)
         for (auto& r : runs) r.tf.push_back(fwd(r)), r.tb.push_back(bwd(r));

@@ -26,13 +26,17 @@ static double status_field_mb(const char* key) {
 double peak_rss_mb() { return status_field_mb("VmHWM:"); }
 double current_rss_mb() { return status_field_mb("VmRSS:"); }
 
-size_t machine_memory_bytes() {
+static size_t meminfo_bytes(const char* key) {
   std::ifstream f("/proc/meminfo");
   std::string line;
+  const size_t klen = std::strlen(key);
   while (std::getline(f, line))
-    if (line.compare(0, 9, "MemTotal:") == 0) return size_t(std::atoll(line.c_str() + 9)) * 1024;
+    if (line.compare(0, klen, key) == 0) return size_t(std::atoll(line.c_str() + klen)) * 1024;
   return 0;
 }
+
+size_t machine_memory_bytes() { return meminfo_bytes("MemTotal:"); }
+size_t available_memory_bytes() { return meminfo_bytes("MemAvailable:"); }
 
 int num_threads() { return omp_get_max_threads(); }
 

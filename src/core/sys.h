@@ -9,6 +9,7 @@ double now_seconds();              // monotonic
 double peak_rss_mb();              // VmHWM of this process
 double current_rss_mb();           // VmRSS of this process
 size_t machine_memory_bytes();     // MemTotal
+size_t available_memory_bytes();   // MemAvailable
 int num_threads();                 // OpenMP threads in use
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 

@@ -69,30 +69,17 @@ static void point_params(Params<real>& p, real* base, const std::vector<size_t>&
   p.lm_head = base + o[10];
 }
 
+// Every activation buffer of a model built for (max_B, max_T), planned as one allocation.
 template <class real>
-Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
-  build_tensor_table();
-  param_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
-  if (!param_base_) fail("[model] out of memory for ", num_params_, " parameters");
-  std::memset(param_base_, 0, num_params_ * sizeof(real));
-  point_params(p_, param_base_, block_offsets_);
-  if (with_grads) {
-    grad_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
-    if (!grad_base_) fail("[model] out of memory for gradients");
-    std::memset(grad_base_, 0, num_params_ * sizeof(real));
-    point_params(g_, grad_base_, block_offsets_);
-  }
-
+static void plan_activations(ArenaPlan<real>& plan, Activations<real>& a, const ModelConfig& cfg, int max_B,
+                             int max_T, bool with_grads) {
   const size_t B = max_B, T = max_T, N = B * T, C = cfg.hidden_size, L = cfg.num_hidden_layers,
                H = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads, D = cfg.head_dim,
                F = cfg.intermediate_size, V = cfg.vocab_size, QKV = (H + 2 * Hkv) * D;
-  ArenaPlan<real> plan;
-  Activations<real>& a = a_;
   plan.add(&a.x, (L + 1) * N * C);
   plan.add(&a.lnf, N * C);
   plan.add(&a.rstdf, N);
-  plan.add(&a.logits, std::min<size_t>(N, kLogitRows) * V);
+  plan.add(&a.logits, std::min<size_t>(N, Model<real>::kLogitRows) * V);
   plan.add(&a.losses, N);
   plan.add(&a.qkv, N * QKV);
   plan.add(&a.dln, N * C);  // d(final norm output) from the chunked LM head, then per-layer scratch
@@ -126,10 +113,44 @@ Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads
     plan.add(&a.dq_pre, N * H * D);
     plan.add(&a.dk_pre, N * Hkv * D);
   }
+}
+
+template <class real>
+size_t Model<real>::estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads) {
+  ArenaPlan<real> plan;
+  Activations<real> a{};
+  plan_activations(plan, a, cfg, max_B, max_T, with_grads);
+  Model<real> probe_table(cfg);  // parameter count only
+  const size_t params = probe_table.num_params_;
+  return (plan.total() + params * (with_grads ? 2 : 1)) * sizeof(real);
+}
+
+template <class real>
+Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
+  build_tensor_table();
+  param_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
+  if (!param_base_) fail("[model] out of memory for ", num_params_, " parameters");
+  std::memset(param_base_, 0, num_params_ * sizeof(real));
+  point_params(p_, param_base_, block_offsets_);
+  if (with_grads) {
+    grad_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
+    if (!grad_base_) fail("[model] out of memory for gradients");
+    std::memset(grad_base_, 0, num_params_ * sizeof(real));
+    point_params(g_, grad_base_, block_offsets_);
+  }
+
+  ArenaPlan<real> plan;
+  plan_activations(plan, a_, cfg, max_B, max_T, with_grads);
   keep_per_layer_ = with_grads;
   act_base_ = plan.allocate();
   compute_rope(max_T);
   set_full_windows(max_T);
+}
+
+template <class real>
+Model<real>::Model(const ModelConfig& cfg) : cfg_(cfg), max_B_(0), max_T_(0) {
+  build_tensor_table();
 }
 
 template <class real>

@@ -83,6 +83,8 @@ class Model {
  public:
   // Allocates parameters, gradients and activations for micro-batches of up to (max_B, max_T), once.
   Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
+  // Bytes the constructor would allocate (parameters, gradients, activations), without allocating.
+  static size_t estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -136,6 +138,7 @@ class Model {
   const Activations<real>& acts() const { return a_; }
 
  private:
+  explicit Model(const ModelConfig& cfg);  // the tensor table only (estimate_bytes)
   void build_tensor_table();
   void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
   void compute_rope(int T);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -24,6 +26,10 @@ namespace aah {
 namespace {
 
 using json = nlohmann::json;
+
+// SIGINT / SIGTERM ask the loop to stop after the current step, with a checkpoint.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 struct TrainState {
   int step = 0;  // optimizer steps completed
@@ -154,6 +160,15 @@ int train_run(const TrainOptions& o) {
   if (int64_t(train.tokens.size()) < T + 1)
     fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
 
+  // Refuse a configuration that cannot fit, before allocating anything: model, gradients and activations, AdamW
+  // moments, and the token shards already read.
+  const double need = double(Model<float>::estimate_bytes(mc, B, T)) +
+                      2.0 * sizeof(float) * double(Model<float>::estimate_bytes(mc, 0, 0, false) / sizeof(float));
+  const double have = double(available_memory_bytes());
+  if (have > 0 && need > 0.9 * have)
+    fail("[train] this configuration needs about ", int64_t(need / 1048576), " MiB but ", int64_t(have / 1048576),
+         " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
+         "hidden_size or num_hidden_layers");
   make_dirs(o.out_dir);
   Model<float> model(mc, B, T);
   model.dense_attention = cfg.aah.attention == "dense";
@@ -201,6 +216,8 @@ int train_run(const TrainOptions& o) {
   int loss_count = 0;
   int exit_code = 0;
 
+  g_stop_signal = 0;
+  auto old_int = std::signal(SIGINT, on_stop_signal), old_term = std::signal(SIGTERM, on_stop_signal);
   while (st.step < tc.steps) {
     model.zero_grads();
     double loss = 0;
@@ -286,10 +303,19 @@ int train_run(const TrainOptions& o) {
       loss_acc = 0;
       loss_count = 0;
     }
-    const bool stop_now = o.stop_after > 0 && st.step == o.stop_after;
+    const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || g_stop_signal != 0;
     if (is_checkpoint_step(tc, st.step) || stop_now) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
-    if (stop_now) break;
+    if (stop_now) {
+      if (g_stop_signal) {
+        std::fprintf(stderr, "\n[train] %s: stopped by signal %d after step %d; checkpoint written, continue with "
+                     "--resume\n", o.out_dir.c_str(), int(g_stop_signal), st.step);
+        exit_code = 128 + int(g_stop_signal);
+      }
+      break;
+    }
   }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
   std::fclose(metrics);
   if (!o.quiet && exit_code == 0)
     std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),

@@ -357,6 +357,8 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
     } else {
       // a = sum e (s - m_new); dist = sum e (i - j) = (i - k0) sum e - sum e (j - k0)
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, j0 = a0, j1 = a0;
+      __m256 jf = _mm256_set1_ps((float)rg.lo);  // j as a float, counted along
+      const __m256 one = _mm256_set1_ps(1.0f);
       for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
         const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
         const __m256 x1 = _mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new);
@@ -367,8 +369,10 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
         s1 = _mm256_add_ps(s1, e1);
         a0 = _mm256_fmadd_ps(e0, x0, a0);
         a1 = _mm256_fmadd_ps(e1, x1, a1);
-        j0 = _mm256_fmadd_ps(e0, _mm256_set1_ps((float)j), j0);
-        j1 = _mm256_fmadd_ps(e1, _mm256_set1_ps((float)(j + 1)), j1);
+        j0 = _mm256_fmadd_ps(e0, jf, j0);
+        jf = _mm256_add_ps(jf, one);
+        j1 = _mm256_fmadd_ps(e1, jf, j1);
+        jf = _mm256_add_ps(jf, one);
       }
       if (j < rg.hi) {
         const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
@@ -376,7 +380,7 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
         _mm256_storeu_ps(st + j * kLd + c, e0);
         s0 = _mm256_add_ps(s0, e0);
         a0 = _mm256_fmadd_ps(e0, x0, a0);
-        j0 = _mm256_fmadd_ps(e0, _mm256_set1_ps((float)j), j0);
+        j0 = _mm256_fmadd_ps(e0, jf, j0);
       }
       const __m256 l_old = _mm256_loadu_ps(ts.l + c);
       const __m256 ent_old = _mm256_loadu_ps(ts.ent + c);
@@ -590,7 +594,7 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   if (want_diag) grow(s.diag, (size_t)ntasks * 3);
   uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
 
-#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+#pragma omp parallel if (ntasks > 1) reduction(+ : computed, visited, skipped, macs)
   {
     TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
     LocalCounts cnt;
@@ -640,7 +644,7 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   float* delta = s.delta.data;
 
   // Delta = rowsum(dO * O), one FMA chain per row.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nrows * D >= (1 << 16))
   for (int64_t r = 0; r < nrows; r++) {
     const float* o = out + r * D;
     const float* g = dout + r * D;
@@ -677,7 +681,7 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
 
   uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
   if (per_head) {
-#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+#pragma omp parallel if (nkv > 1) reduction(+ : computed, visited, skipped, macs)
     {
       TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
       LocalCounts cnt;
@@ -701,12 +705,12 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
       computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
     }
   } else {
-#pragma omp parallel reduction(+ : computed, visited, skipped, macs)
+    const int64_t n1 = (int64_t)nkv * a.nkt, n2 = (int64_t)B * H * a.nqt;
+#pragma omp parallel if (n1 > 1) reduction(+ : computed, visited, skipped, macs)
     {
       TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
       LocalCounts cnt;
       // Pass 1: dK, dV of key tile kt of kv head hk; its query heads in order, query tiles ascending.
-      const int64_t n1 = (int64_t)nkv * a.nkt;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < n1; t++) {
         const int kt = (int)(t / nkv), b = (int)(t % nkv) / Hkv, hk = (int)(t % nkv) % Hkv;
@@ -724,7 +728,6 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
         }
       }
       // Pass 2: dQ of query tile qt of head h, key tiles ascending.
-      const int64_t n2 = (int64_t)B * H * a.nqt;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < n2; t++) {
         const int qt = a.nqt - 1 - (int)(t / ((int64_t)B * H));

@@ -83,6 +83,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
   float* S = sc.s.data;
   const float scale = 1.0f / std::sqrt((float)D);
   const int group = H / Hkv;
+  const bool big = (int64_t)T * T >= (1 << 16);  // threads only where they pay for their start
   if (want_diag)
     for (int h = 0; h < H; h++) {
       if (diag->entropy) diag->entropy[h] = 0;
@@ -100,7 +101,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
       float* lh = lse + dense_row(b, h, 0, H, T);
       // S = scale Q K^T, the full T x T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, D, kh, D, 0.0f, S, T);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float* row = S + (int64_t)i * T;
         float mx = -INFINITY;
@@ -116,7 +117,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, S, T, vh, D, 0.0f, oh, D);
       if (want_diag) {
         double* rd = sc.rowdiag.data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (big)
         for (int i = 0; i < T; i++) {
           const float* row = S + (int64_t)i * T;
           double ent = 0, dist = 0, nrm = 0;
@@ -152,6 +153,7 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
   float* dP = sc.dp.data;
   const float scale = 1.0f / std::sqrt((float)D);
   const int group = H / Hkv;
+  const bool big = (int64_t)T * T >= (1 << 16);  // threads only where they pay for their start
 
   for (int b = 0; b < B && T > 0; b++)
     for (int h = 0; h < H; h++) {
@@ -167,7 +169,7 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
       float* dkh = dk + dense_row(b, hk, 0, Hkv, T) * D;
       float* dvh = dv + dense_row(b, hk, 0, Hkv, T) * D;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, D, kh, D, 0.0f, P, T);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float* row = P + (int64_t)i * T;
         for (int j = 0; j < T; j++) row[j] = attn_visible(i, j, W) ? row[j] : -INFINITY;
@@ -175,7 +177,7 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, doh, D, beta, dvh, D);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, doh, D, vh, D, 0.0f, dP, T);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float delta = 0;
         for (int d = 0; d < D; d++) delta = std::fma(doh[(int64_t)i * D + d], oh[(int64_t)i * D + d], delta);
