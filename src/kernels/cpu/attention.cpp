@@ -16,6 +16,10 @@
 // sum, lse, Delta) is a vector over 8 consecutive queries, so the softmax needs no horizontal reductions, and
 // all six tile products are one register-blocked kernel C = A B with A read by broadcasts and B by rows.
 //
+// Counters: pairs_computed counts score elements computed (whole micro-blocks of visited tiles, padding columns
+// included), tiles_visited counts tile-pair visits as executed (the per_tile backward visits each pair twice),
+// tiles_skipped the tiles of the causal triangle that the windows skip, macs the multiply-adds executed.
+//
 // Determinism: every output element is produced by one task, as a fixed chain of FMAs (over d, then over keys
 // or queries in ascending tile order), so results do not depend on the number of threads or on the schedule.
 #include <omp.h>
