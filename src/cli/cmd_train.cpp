@@ -41,21 +41,43 @@ int run_eval(const std::string& run, const std::string& data, const std::string&
   Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
   model.dense_attention = cfg.aah.attention == "dense";
   weights_load_dir(run, model);
-  // The windows in force at the checkpoint (the controller's cached decisions).
+  // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
+  // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
+  // during evaluation: every evaluation batch is a control update, starting from full windows.
   WindowPolicyRunner policy(cfg, model);
   const std::string state = run + "/controller_state.safetensors";
-  if (file_exists(state)) policy.load(SafetensorsReader(state));
+  bool decide = true;
+  if (file_exists(state)) {
+    SafetensorsReader reader(state);
+    if (reader.metadata().count("regime") && reader.metadata().at("regime") == cfg.aah.regime) {
+      policy.load(reader);
+      decide = false;
+    }
+  }
   const Controller& controller = policy.controller();
-  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size);
+  const int interval = controller.config().control_interval;
+  double acr_sum = 0, pair_sum = 0, rows_sum = 0;  // inference ACR: over (layer, head, sequence) executions
+  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size,
+                           [&](int batch, int rows, bool before) {
+                             if (before) {
+                               policy.begin_forward(batch * interval, decide);
+                               return;
+                             }
+                             policy.end_forward();
+                             acr_sum += controller.acr() * rows;
+                             pair_sum += controller.exact_pair_ratio(cfg.train.context) * rows;
+                             rows_sum += rows;
+                           });
+  const double acr = acr_sum / rows_sum, pair_ratio = pair_sum / rows_sum;
   if (json) {
     nlohmann::json j = {{"val_loss", r.loss},        {"val_ppl", r.ppl},
                         {"tokens_per_s", r.tokens_per_s}, {"windows", r.windows},
-                        {"tokens", r.tokens},          {"attn_ratio", controller.acr()},
-                        {"pair_ratio", controller.exact_pair_ratio(cfg.train.context)}};
+                        {"tokens", r.tokens},          {"attn_ratio", acr},
+                        {"pair_ratio", pair_ratio},    {"windows_decided_at_eval", decide}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("val_loss %.4f  ppl %.3f  ACR %.4f  pair ratio %.4f  (%d windows of %d tokens, %.0f tokens/s)\n",
-                r.loss, r.ppl, controller.acr(), controller.exact_pair_ratio(cfg.train.context), r.windows,
+                r.loss, r.ppl, acr, pair_ratio, r.windows,
                 cfg.train.context, r.tokens_per_s);
   }
   return 0;

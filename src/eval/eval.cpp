@@ -8,7 +8,7 @@
 namespace aah {
 
 EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, int context, int max_windows,
-                     int batch_size) {
+                     int batch_size, const std::function<void(int batch, int rows, bool before)>& around_batch) {
   const int64_t available = tokens.size() > 0 ? (int64_t(tokens.size()) - 1) / context : 0;
   const int windows = int(std::min<int64_t>(available, max_windows));
   if (windows <= 0)
@@ -24,7 +24,9 @@ EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, in
       std::copy(src, src + context, inp.begin() + int64_t(b) * context);
       std::copy(src + 1, src + context + 1, tgt.begin() + int64_t(b) * context);
     }
+    if (around_batch) around_batch(w0 / batch_size, B, true);
     sum += model.forward(inp.data(), tgt.data(), B, context) * B * context;
+    if (around_batch) around_batch(w0 / batch_size, B, false);
   }
   r.windows = windows;
   r.tokens = int64_t(windows) * context;

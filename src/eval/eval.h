@@ -2,6 +2,7 @@
 // start of the token stream (stride = context), as many as `max_windows` (fewer if the stream is shorter).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/model.h"
@@ -18,7 +19,9 @@ struct EvalResult {
 };
 
 // Runs in micro-batches of up to model's max batch; context T must not exceed the model's max T.
+// `around_batch(i, rows, before)` is called before and after micro-batch i (a window policy deciding windows at
+// evaluation time hooks in here).
 EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, int context, int max_windows,
-                     int batch_size);
+                     int batch_size, const std::function<void(int batch, int rows, bool before)>& around_batch = {});
 
 }  // namespace aah
