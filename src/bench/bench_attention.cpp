@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_train.h"
 #include "core/rng.h"
 #include "core/sys.h"
 #include "kernels/ops.h"
@@ -32,19 +33,6 @@
 namespace aah {
 namespace {
 
-double attn_bench_sgemm_gflops() {
-  const int n = 1024;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  std::vector<double> times;
-  for (int r = 0; r < 8; r++) {
-    const double t0 = now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
-                n);
-    if (r > 0) times.push_back(now_seconds() - t0);
-  }
-  std::sort(times.begin(), times.end());
-  return 2.0 * n * n * n / times[times.size() / 2] / 1e9;
-}
 
 double attn_bench_median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
@@ -65,7 +53,7 @@ int bench_attention(bool json) {
   const int B = 1, H = 8;
   // The sgemm reference: the better of a measurement before and one after the attention runs, so that a burst of
   // other load on the machine during one of them does not inflate the percentages.
-  double sgemm = attn_bench_sgemm_gflops();
+  double sgemm = bench_sgemm_gflops();
   std::vector<AttnBenchRow> rows;
   if (!json) std::printf("attention bench: B=%d H=%d, %d threads\n", B, H, num_threads());
 
@@ -156,7 +144,7 @@ int bench_attention(bool json) {
               rows[i].pass == rows[j].pass)
             rows[i].speedup_vs_dense = rows[j].ms / rows[i].ms;
     }
-  sgemm = std::max(sgemm, attn_bench_sgemm_gflops());
+  sgemm = std::max(sgemm, bench_sgemm_gflops());
   for (auto& r : rows) r.pct_sgemm = 100.0 * r.gflops / sgemm;
   if (!json) std::printf("sgemm 1024^3 in this process: %.1f GFLOP/s\n", sgemm);
 
