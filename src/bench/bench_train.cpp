@@ -31,7 +31,7 @@ double bench_sgemm_gflops(int M, int N, int K) {
 
 namespace {
 
-Config bench_c_config(const std::string& regime) {
+Config bench_c_config(const std::string& regime, int context) {
   Config cfg;
   ModelConfig& m = cfg.model;
   m.hidden_size = 256;
@@ -41,8 +41,8 @@ Config bench_c_config(const std::string& regime) {
   m.num_key_value_heads = 8;
   m.head_dim = 32;
   m.vocab_size = 8192;
-  cfg.train.batch_size = 4;
-  cfg.train.context = 1024;
+  cfg.train.context = context;
+  cfg.train.batch_size = std::max(1, 4096 / context);
   config_set(cfg, "aah.regime=" + regime);
   config_validate(cfg);
   return cfg;
@@ -93,8 +93,8 @@ StepTimes time_steps(const Config& cfg, int warm, int steps) {
 
 }  // namespace
 
-int bench_train(bool json, int steps, const std::string& regime) {
-  const Config full_cfg = bench_c_config("full");
+int bench_train(bool json, int steps, const std::string& regime, int context) {
+  const Config full_cfg = bench_c_config("full", context);
   const ModelConfig& m = full_cfg.model;
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
   const StepTimes full = time_steps(full_cfg, 1, steps);
@@ -110,6 +110,8 @@ int bench_train(bool json, int steps, const std::string& regime) {
   const double gflops = flops_per_token * tok_s / 1e9;
   nlohmann::json row = {{"config", "bench-c"},
                         {"regime", "full"},
+                        {"context", T},
+                        {"batch", B},
                         {"tokens_per_s", tok_s},
                         {"ms_per_step", full.ms_per_step},
                         {"attention_ms", full.attention_ms},
@@ -121,13 +123,15 @@ int bench_train(bool json, int steps, const std::string& regime) {
                         {"steps_timed", steps}};
   std::vector<nlohmann::json> rows = {row};
   if (regime != "full") {
-    const Config cfg = bench_c_config(regime);
+    const Config cfg = bench_c_config(regime, context);
     // warm: enough control updates for the resolution EMA to settle (beta 0.15: a few updates)
     const int interval = controller_config_of(cfg).control_interval;
     const StepTimes r = time_steps(cfg, 6 * interval, std::max(steps, interval) / interval * interval);
     const double expected_ms = full.ms_per_step - full.attention_ms * (1 - r.pair_ratio);
     rows.push_back({{"config", "bench-c"},
                     {"regime", regime},
+                    {"context", T},
+                    {"batch", B},
                     {"tokens_per_s", B * T / (r.ms_per_step / 1e3)},
                     {"ms_per_step", r.ms_per_step},
                     {"attention_ms", r.attention_ms},
@@ -145,8 +149,8 @@ int bench_train(bool json, int steps, const std::string& regime) {
     for (auto& r : rows) std::printf("%s\n", r.dump().c_str());
     return 0;
   }
-  std::printf("bench-c: 4 layers, hidden 256, 8 heads x 32, SwiGLU 704, vocab 8192, batch 4 x 1024, %d threads\n",
-              num_threads());
+  std::printf("bench-c: 4 layers, hidden 256, 8 heads x 32, SwiGLU 704, vocab 8192, batch %d x %d, %d threads\n",
+              B, T, num_threads());
   std::printf("  full windows: %.0f tokens/s, %.1f ms/step (attention %.1f ms), %.1f model GFLOP/s = %.2f of the "
               "in-process sgemm (%.1f GFLOP/s), peak RSS %.0f MB\n",
               tok_s, full.ms_per_step, full.attention_ms, gflops, gflops / sgemm, sgemm, full.peak_rss_mb);

@@ -21,12 +21,15 @@ void add_bench_commands(CLI::App& app, int& rc) {
   static bool json = false;
   static int steps = 5;
   static std::string regime = "full";
+  static int context = 1024;
   auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
   tr->add_flag("--json", json, "One JSON object per line");
   tr->add_option("--steps", steps, "Timed steps (median reported)")->capture_default_str();
   tr->add_option("--regime", regime, "Also time this AAH regime side by side with full windows")
       ->capture_default_str();
-  tr->callback([&rc] { rc = bench_train(json, steps, regime); });
+  tr->add_option("--context", context, "Sequence length (batch = 4096 / context, so 4096 tokens per step)")
+      ->capture_default_str();
+  tr->callback([&rc] { rc = bench_train(json, steps, regime, context); });
   auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
   dc->add_flag("--json", json, "One JSON object per line");
   dc->callback([&rc] { rc = bench_decode(json); });
