@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_train.h"
 #include "core/rng.h"
 #include "core/sys.h"
 #include "infer/decoder.h"
@@ -53,14 +54,7 @@ DecodeRow run(const ModelConfig& m, const std::vector<int>& head_windows, const 
 }  // namespace
 
 int bench_decode(bool json) {
-  ModelConfig m;  // bench-c
-  m.hidden_size = 256;
-  m.intermediate_size = 704;
-  m.num_hidden_layers = 4;
-  m.num_attention_heads = 8;
-  m.num_key_value_heads = 8;
-  m.head_dim = 32;
-  m.vocab_size = 8192;
+  const ModelConfig m = bench_c_model();
   const int T = 4096, steps = 128;
   // The paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T) on 8 heads: 4 x T/8, 2 x T/4,
   // 1 x T/2, 1 x T per layer.

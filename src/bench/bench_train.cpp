@@ -29,11 +29,8 @@ double bench_sgemm_gflops(int M, int N, int K) {
   return 2.0 * M * N * K / times[times.size() / 2] / 1e9;
 }
 
-namespace {
-
-Config bench_c_config(const std::string& regime, int context) {
-  Config cfg;
-  ModelConfig& m = cfg.model;
+ModelConfig bench_c_model() {
+  ModelConfig m;
   m.hidden_size = 256;
   m.intermediate_size = 704;
   m.num_hidden_layers = 4;
@@ -41,6 +38,14 @@ Config bench_c_config(const std::string& regime, int context) {
   m.num_key_value_heads = 8;
   m.head_dim = 32;
   m.vocab_size = 8192;
+  return m;
+}
+
+namespace {
+
+Config bench_c_config(const std::string& regime, int context) {
+  Config cfg;
+  cfg.model = bench_c_model();
   cfg.train.context = context;
   cfg.train.batch_size = std::max(1, 4096 / context);
   config_set(cfg, "aah.regime=" + regime);

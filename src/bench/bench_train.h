@@ -1,6 +1,11 @@
 #pragma once
 #include <string>
+#include "model/config.h"
+
 namespace aah {
+// The reference model of the benchmarks, bench-c: 4 layers, hidden 256, 8 heads x 32 (no GQA), SwiGLU 704,
+// vocab 8192.
+ModelConfig bench_c_model();
 // `aah bench train`: times the training step of the reference config bench-c (4 layers, hidden 256, 8 heads x 32,
 // SwiGLU 704, vocab 8192, batch 4, context 1024) with full windows and, when `regime` is not "full", side by side
 // with that AAH regime (controller time amortised over its control interval), plus an sgemm in the same process.
