@@ -3,6 +3,8 @@
 //
 // Expected values are worked out by hand in the comments; none is copied from the implementation's output.
 #include <gtest/gtest.h>
+
+#include "helpers.h"
 #include <unistd.h>
 
 #include <chrono>
@@ -46,15 +48,7 @@ std::vector<double> random_feats(int H, Rng& rng) {
   return x;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an aah::Error";
-  return "";
-}
+using aah::test::error_of;
 
 ControllerConfig config_for(const std::string& regime, std::vector<int> windows = {4, 8, 16, 32}, uint64_t seed = 7) {
   ControllerConfig c;

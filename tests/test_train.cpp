@@ -1,5 +1,7 @@
 // Training loop: loss falls on learnable data, resume continues bit-identically, config errors name the key.
 #include <gtest/gtest.h>
+
+#include "helpers.h"
 #include <stdlib.h>
 
 #include <fstream>
@@ -186,14 +188,7 @@ TEST(Train, RefusesToOverwriteARun) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using aah::test::error_of;
 
 TEST(Config, ErrorsNameTheKey) {
   Config c;
