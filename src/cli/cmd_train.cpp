@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "core/check.h"
 #include "eval/eval.h"
+#include "eval/eval_run.h"
 #include "io/files.h"
 #include "io/shard.h"
 #include "io/tokenizer.h"
@@ -19,66 +20,17 @@ namespace aah {
 
 namespace {
 
-int run_eval(const std::string& run, const std::string& data, const std::string& text, bool json,
-             const std::vector<std::string>& sets) {
-  Config cfg = run_config_load(run);
-  for (auto& s : sets) config_set(cfg, s);
-  config_validate(cfg);
-  if (data.empty() == text.empty()) fail("[eval] give exactly one of --data DIR or --text FILE");
-  TokenShard val;
-  if (!text.empty()) {  // any UTF-8 text, tokenized with the run's tokenizer
-    const std::string tok_path = run + "/tokenizer.json";
-    if (!file_exists(tok_path)) fail("[eval] ", run, ": no tokenizer.json to tokenize ", text);
-    val.path = text;
-    val.tokens = Tokenizer::load(tok_path).encode(read_file(text));
-    val.vocab_size = 0;
-    for (int32_t id : val.tokens) val.vocab_size = std::max<uint32_t>(val.vocab_size, uint32_t(id) + 1);
-  } else {
-    val = shard_read(data + "/val.bin");
-  }
-  if (int64_t(val.vocab_size) > cfg.model.vocab_size)
-    fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
-  Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
-  model.dense_attention = cfg.aah.attention == "dense";
-  weights_load_dir(run, model);
-  // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
-  // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
-  // during evaluation: every evaluation batch is a control update, starting from full windows.
-  WindowPolicyRunner policy(cfg, model);
-  const std::string state = run + "/controller_state.safetensors";
-  bool decide = true;
-  if (file_exists(state)) {
-    SafetensorsReader reader(state);
-    if (reader.metadata().count("regime") && reader.metadata().at("regime") == cfg.aah.regime) {
-      policy.load(reader);
-      decide = false;
-    }
-  }
-  const Controller& controller = policy.controller();
-  const int interval = controller.config().control_interval;
-  double acr_sum = 0, pair_sum = 0, rows_sum = 0;  // inference ACR: over (layer, head, sequence) executions
-  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size,
-                           [&](int batch, int rows, bool before) {
-                             if (before) {
-                               policy.begin_forward(batch * interval, decide);
-                               return;
-                             }
-                             policy.end_forward();
-                             acr_sum += controller.acr() * rows;
-                             pair_sum += controller.exact_pair_ratio(cfg.train.context) * rows;
-                             rows_sum += rows;
-                           });
-  const double acr = acr_sum / rows_sum, pair_ratio = pair_sum / rows_sum;
+int run_eval(const EvalRunOptions& o, bool json) {
+  const nlohmann::json r = eval_run(o);
   if (json) {
-    nlohmann::json j = {{"val_loss", r.loss},        {"val_ppl", r.ppl},
-                        {"tokens_per_s", r.tokens_per_s}, {"windows", r.windows},
-                        {"tokens", r.tokens},          {"attn_ratio", acr},
-                        {"pair_ratio", pair_ratio},    {"windows_decided_at_eval", decide}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", r.dump().c_str());
   } else {
-    std::printf("val_loss %.4f  ppl %.3f  ACR %.4f  pair ratio %.4f  (%d windows of %d tokens, %.0f tokens/s)\n",
-                r.loss, r.ppl, acr, pair_ratio, r.windows,
-                cfg.train.context, r.tokens_per_s);
+    std::printf("val_loss %.4f  ppl %.3f  inference ACR %.4f  pair ratio %.4f  attention work ratio %.4f\n"
+                "(%d windows of %d tokens, %.0f tokens/s after warmup, peak %.0f MB%s)\n",
+                r["val_loss"].get<double>(), r["val_ppl"].get<double>(), r["inference_acr"].get<double>(),
+                r["pair_ratio"].get<double>(), r["attn_work_ratio"].get<double>(), r["windows"].get<int>(),
+                r["context"].get<int>(), r["tokens_per_s"].get<double>(), r["peak_rss_mb"].get<double>(),
+                r["windows_decided_at_eval"].get<bool>() ? ", windows decided during evaluation" : "");
   }
   return 0;
 }
@@ -111,15 +63,16 @@ void add_train_commands(CLI::App& app, int& rc) {
 
   auto* eval = app.add_subcommand(
       "eval", "Loss and perplexity of a run's (or a Hugging Face Qwen3 directory's) model on DIR/val.bin or a text");
-  static std::string run, data, text;
+  static EvalRunOptions eo;
   static bool json = false;
-  static std::vector<std::string> sets;
-  eval->add_option("--run", run, "Run directory")->required();
-  eval->add_option("--data", data, "Data directory with val.bin");
-  eval->add_option("--text", text, "Or: any UTF-8 text file, tokenized with the run's tokenizer.json");
-  eval->add_option("--set", sets, "Override a key, e.g. --set train.eval_windows=64");
-  eval->add_flag("--json", json, "Print one JSON object");
-  eval->callback([&rc] { rc = run_eval(run, data, text, json, sets); });
+  eval->add_option("--run", eo.run, "Run directory")->required();
+  eval->add_option("--data", eo.data, "Data directory with val.bin");
+  eval->add_option("--text", eo.text, "Or: any UTF-8 text file, tokenized with the run's tokenizer.json");
+  eval->add_option("--set", eo.sets, "Override a key, e.g. --set train.eval_windows=64 or aah.regime=full_adaptive");
+  eval->add_flag("--json", json,
+                 "Print one JSON object: val_loss, val_ppl, inference_acr, window_fractions, pair_ratio, "
+                 "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, ...");
+  eval->callback([&rc] { rc = run_eval(eo, json); });
 }
 
 }  // namespace aah

@@ -8,4 +8,5 @@ void add_data_commands(CLI::App& app, int& rc);   // data, tokenizer, tokenize  
 void add_train_commands(CLI::App& app, int& rc);  // train, eval                   (cmd_train.cpp)
 void add_bench_commands(CLI::App& app, int& rc);  // bench train|attention|...     (cmd_bench.cpp)
 void add_generate_commands(CLI::App& app, int& rc);  // generate                    (cmd_generate.cpp)
+void add_suite_commands(CLI::App& app, int& rc);  // suite, report                 (cmd_suite.cpp)
 }  // namespace aah

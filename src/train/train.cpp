@@ -104,29 +104,6 @@ void truncate_metrics(const std::string& path, int step) {
   write_file_atomic(path, kept);
 }
 
-// Multiply-adds the attention kernels execute for one layer's forward + backward with every window full, on
-// this shape: the denominator of the measured attention work ratio. The count depends only on shapes and windows,
-// so one run on zeros, at start-up, is enough.
-uint64_t full_attention_macs(const ModelConfig& m, int B, int T, bool dense) {
-  const int H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim;
-  const size_t nq = size_t(B) * H * T * D, nk = size_t(B) * Hkv * T * D;
-  std::vector<float> q(nq), o(nq), dout(nq), dq(nq), lse(size_t(B) * H * T), k(nk), v(nk), dk(nk), dv(nk);
-  std::vector<int> windows(H, T);
-  AttnCounters c;
-  if (dense) {
-    cpu::attn_dense_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), B, H, Hkv, T, D,
-                            nullptr, &c);
-    cpu::attn_dense_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(), k.data(),
-                             v.data(), windows.data(), B, H, Hkv, T, D, &c);
-  } else {
-    cpu::attn_local_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), B, H, Hkv, T, D,
-                            nullptr, &c);
-    cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(), k.data(),
-                             v.data(), windows.data(), B, H, Hkv, T, D, &c);
-  }
-  return c.macs;
-}
-
 bool run_dir_has_results(const std::string& dir) {
   for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "controller_state.safetensors",
                         "metrics.jsonl"})
@@ -201,7 +178,8 @@ int train_run(const TrainOptions& o) {
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
 
   const double full_macs_per_step =
-      double(full_attention_macs(mc, B, T, model.dense_attention)) * mc.num_hidden_layers * tc.grad_accum;
+      double(full_window_attention_macs(mc, T, model.dense_attention, /*backward=*/true)) * B * mc.num_hidden_layers *
+      tc.grad_accum;
   uint64_t macs_at_log = model.counters.macs;
   std::FILE* metrics = std::fopen((o.out_dir + "/metrics.jsonl").c_str(), "a");
   if (!metrics) fail("[train] cannot open ", o.out_dir, "/metrics.jsonl for appending");

@@ -1,0 +1,69 @@
+// aah suite, aah report.
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "core/check.h"
+#include "experiments/presets.h"
+#include "experiments/report.h"
+#include "experiments/suite.h"
+
+namespace aah {
+
+namespace {
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1)
+    out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+}  // namespace
+
+void add_suite_commands(CLI::App& app, int& rc) {
+  std::string presets;
+  for (const auto& n : suite_preset_names())
+    presets += str_cat("\n  ", n, std::string(12 - std::min<size_t>(11, n.size()), ' '), suite_preset(n).summary);
+  auto* suite = app.add_subcommand(
+      "suite",
+      "Train every (regime, seed) of a preset side by side, evaluate each final checkpoint, write the report.\n"
+      "Resumable: rerun the same command after an interruption; finished runs are skipped, interrupted ones "
+      "resumed.\nPresets:" + presets);
+  static SuiteOptions so;
+  static std::string seeds, regimes;
+  suite->add_option("--preset", so.preset, "Preset name (above)")->required();
+  suite->add_option("--out", so.out, "Suite directory (runs/, data/, report.*)")->required();
+  suite->add_option("--seeds", seeds, "Comma-separated seeds, e.g. 0,1,2 (default: the preset's)");
+  suite->add_option("--regimes", regimes,
+                    "Comma-separated regimes, e.g. full,shallow_freeze+control_interval_10 (default: the preset's)");
+  suite->add_option("--set", so.sets, "Override a config key for every run (repeatable), e.g. train.steps=100");
+  suite->add_option("--data", so.data, "Use this data directory (train.bin, val.bin) instead of the preset's corpus");
+  suite->add_flag("--no-report", so.no_report, "Skip the report (aah report DIR writes it later)");
+  suite->callback([&rc] {
+    so.seeds.clear();
+    so.regimes.clear();
+    for (const auto& s : split_commas(seeds)) {
+      char* end = nullptr;
+      const long v = std::strtol(s.c_str(), &end, 10);
+      if (s.empty() || *end || v < 0 || v > 1'000'000'000) fail("[suite] --seeds: '", s, "' is not a seed (0, 1, ...)");
+      so.seeds.push_back(int(v));
+    }
+    for (const auto& r : split_commas(regimes))
+      if (!r.empty()) so.regimes.push_back(r);
+    rc = suite_run(so);
+  });
+
+  auto* report = app.add_subcommand(
+      "report", "Rebuild a suite's report (report.md, report.html, runs.csv, summary.csv, report.json, figures/) "
+                "from its run directories");
+  static std::string dir;
+  report->add_option("DIR", dir, "Suite directory (holds runs/)")->required();
+  report->callback([&rc] {
+    report_write(dir);
+    rc = 0;
+  });
+}
+
+}  // namespace aah

@@ -1,0 +1,102 @@
+#include "eval/eval_run.h"
+
+#include <map>
+
+#include "core/check.h"
+#include "core/sys.h"
+#include "eval/eval.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "io/shard.h"
+#include "io/tokenizer.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "model/window_policy.h"
+
+namespace aah {
+
+nlohmann::json eval_run(const EvalRunOptions& o) {
+  Config cfg = run_config_load(o.run);
+  for (auto& s : o.sets) config_set(cfg, s);
+  config_validate(cfg);
+  if (o.data.empty() == o.text.empty()) fail("[eval] give exactly one of --data DIR or --text FILE");
+  TokenShard val;
+  if (!o.text.empty()) {  // any UTF-8 text, tokenized with the run's tokenizer
+    const std::string tok_path = o.run + "/tokenizer.json";
+    if (!file_exists(tok_path)) fail("[eval] ", o.run, ": no tokenizer.json to tokenize ", o.text);
+    val.path = o.text;
+    val.tokens = Tokenizer::load(tok_path).encode(read_file(o.text));
+    val.vocab_size = 0;
+    for (int32_t id : val.tokens) val.vocab_size = std::max<uint32_t>(val.vocab_size, uint32_t(id) + 1);
+  } else {
+    val = shard_read(o.data + "/val.bin");
+  }
+  if (int64_t(val.vocab_size) > cfg.model.vocab_size)
+    fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
+  const int T = cfg.train.context, L = cfg.model.num_hidden_layers;
+  Model<float> model(cfg.model, cfg.train.batch_size, T, /*with_grads=*/false);
+  model.dense_attention = cfg.aah.attention == "dense";
+  weights_load_dir(o.run, model);
+  // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
+  // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
+  // during evaluation: every evaluation batch is a control update, starting from full windows.
+  WindowPolicyRunner policy(cfg, model);
+  const std::string state = o.run + "/controller_state.safetensors";
+  bool decide = true;
+  if (file_exists(state)) {
+    SafetensorsReader reader(state);
+    if (reader.metadata().count("regime") && reader.metadata().at("regime") == cfg.aah.regime) {
+      policy.load(reader);
+      decide = false;
+    }
+  }
+  const Controller& controller = policy.controller();
+  const int interval = controller.config().control_interval;
+  const double full_macs_per_row = double(full_window_attention_macs(cfg.model, T, model.dense_attention, false)) * L;
+  std::map<int, double> executions;  // window -> (layer, head, sequence) executions
+  double pair_sum = 0, rows_sum = 0, full_macs = 0;
+  double t_warm = 0;
+  int64_t warm_tokens = 0;
+  const uint64_t macs0 = model.counters.macs;
+  const EvalResult r =
+      eval_loss(model, val.tokens, T, cfg.train.eval_windows, cfg.train.batch_size, [&](int batch, int rows, bool before) {
+        if (before) {
+          policy.begin_forward(batch * interval, decide);
+          return;
+        }
+        policy.end_forward();
+        for (int l = 0; l < L; l++)
+          for (int w : controller.windows(l)) executions[w] += rows;
+        pair_sum += controller.exact_pair_ratio(T) * rows;
+        rows_sum += rows;
+        full_macs += full_macs_per_row * rows;
+        if (batch == 0) t_warm = now_seconds();
+        else warm_tokens += int64_t(rows) * T;
+      });
+  const double t_end = now_seconds();
+  double total = 0, acr = 0;
+  for (auto [w, n] : executions) total += n;
+  nlohmann::json fractions = nlohmann::json::object();
+  for (auto [w, n] : executions) {
+    fractions[std::to_string(w)] = n / total;
+    acr += n / total * double(w) / T;
+  }
+  nlohmann::json map = nlohmann::json::array();
+  for (int l = 0; l < L; l++) map.push_back(controller.windows(l));
+  return {{"regime", cfg.aah.regime},
+          {"val_loss", r.loss},
+          {"val_ppl", r.ppl},
+          {"tokens", r.tokens},
+          {"windows", r.windows},
+          {"context", T},
+          {"inference_acr", acr},
+          {"window_fractions", fractions},
+          {"pair_ratio", pair_sum / rows_sum},
+          {"attn_work_ratio", double(model.counters.macs - macs0) / full_macs},
+          {"tokens_per_s", warm_tokens > 0 ? warm_tokens / std::max(1e-9, t_end - t_warm) : r.tokens_per_s},
+          {"peak_rss_mb", peak_rss_mb()},
+          {"window_map", map},
+          {"windows_decided_at_eval", decide}};
+}
+
+}  // namespace aah

@@ -1,0 +1,24 @@
+// Suite presets: a data set, a model and training budget (as --set assignments), the regimes to compare and the
+// seeds. `aah suite --preset NAME` runs one training run per (regime, seed), evaluates each, writes the report.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace aah {
+
+struct SuitePreset {
+  std::string name;
+  std::string summary;  // one line for --help and the report
+  std::string data;     // "synth" or "brown"
+  int data_vocab = 0;   // vocabulary of the data's tokenizer
+  int64_t synth_tokens = 0;        // synth only: corpus size
+  std::vector<std::string> sets;   // config assignments, applied in order (model, train.*, aah.* knobs)
+  std::vector<std::string> regimes;  // aah.regime values; "full" is the reference of the paired differences
+  std::vector<int> seeds;
+};
+
+const std::vector<std::string>& suite_preset_names();
+// The preset called `name`; fails listing the known names.
+SuitePreset suite_preset(const std::string& name);
+
+}  // namespace aah

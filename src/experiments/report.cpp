@@ -1,0 +1,507 @@
+#include "experiments/report.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "experiments/svg.h"
+#include "io/files.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace aah {
+
+namespace {
+
+using json = nlohmann::json;
+
+// One finished run: what its files say, and the numbers of the tables (definitions in the report's notes).
+struct RunData {
+  std::string name, regime;
+  int seed = 0;
+  Config cfg;
+  ControllerConfig cc;
+  std::vector<json> lines;  // metrics.jsonl lines with a step (events excluded)
+  json eval;                // eval.json
+  std::map<std::string, double> train;  // training-table numbers
+};
+
+double number(const json& j, const char* key, const std::string& file, int line = 0) {
+  if (!j.contains(key) || !j[key].is_number())
+    fail("[report] ", file, line ? str_cat(" line ", line) : std::string(), ": '", key, "' is missing or not a number");
+  return j[key].get<double>();
+}
+
+// Median of the training tokens/s after the first logged interval (warmup), or the first when there is one.
+double median_after_warmup(std::vector<double> v) {
+  if (v.size() > 1) v.erase(v.begin());
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+RunData read_run(const std::string& dir, const std::string& name) {
+  RunData r;
+  r.name = name;
+  r.cfg = run_config_load(dir);
+  r.regime = r.cfg.aah.regime;
+  r.seed = int(r.cfg.train.seed);
+  r.cc = controller_config_of(r.cfg);
+  const std::string mpath = dir + "/metrics.jsonl";
+  const std::string text = read_file(mpath, size_t(1) << 28);
+  size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    line_no++;
+    if (line.empty()) continue;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) fail("[report] ", mpath, " line ", line_no, ": not a JSON object");
+    if (j.contains("event")) continue;  // non-finite steps, loss spikes
+    for (const char* k : {"step", "attn_ratio", "pair_ratio", "attn_work_ratio", "tokens_per_s", "peak_rss_mb"})
+      number(j, k, mpath, line_no);
+    r.lines.push_back(std::move(j));
+  }
+  if (r.lines.empty()) fail("[report] ", mpath, ": no metrics lines");
+  const json& last = r.lines.back();
+  if (!last.contains("val_loss")) fail("[report] ", mpath, ": the last line has no val_loss (unfinished run?)");
+  std::vector<double> tps;
+  double work = 0, peak = 0;
+  for (const auto& j : r.lines) {
+    tps.push_back(j["tokens_per_s"].get<double>());
+    work += j["attn_work_ratio"].get<double>();
+    peak = std::max(peak, j["peak_rss_mb"].get<double>());
+  }
+  r.train = {{"val_loss", number(last, "val_loss", mpath)},
+             {"acr", last["attn_ratio"].get<double>()},
+             {"pair_ratio", last["pair_ratio"].get<double>()},
+             {"work_ratio", work / double(r.lines.size())},
+             {"tokens_per_s", median_after_warmup(tps)},
+             {"peak_mb", peak},
+             {"levels_used", last.value("levels_used", 0.0)},
+             {"steps", last["step"].get<double>()}};
+  const std::string epath = dir + "/eval.json";
+  r.eval = read_json_file(epath);
+  if (!r.eval.is_object()) fail("[report] ", epath, ": not a JSON object");
+  for (const char* k : {"val_loss", "val_ppl", "inference_acr", "pair_ratio", "attn_work_ratio", "tokens_per_s",
+                        "peak_rss_mb"})
+    number(r.eval, k, epath);
+  if (!r.eval.contains("window_fractions") || !r.eval["window_fractions"].is_object())
+    fail("[report] ", epath, ": 'window_fractions' is missing or not an object");
+  if (!r.eval.contains("window_map") || !r.eval["window_map"].is_array())
+    fail("[report] ", epath, ": 'window_map' is missing or not an array");
+  return r;
+}
+
+// The columns of the two tables: key, header, decimals, source (train or eval).
+struct Column {
+  const char* key;
+  const char* header;
+  int decimals;
+  bool eval;
+};
+const Column kTrainColumns[] = {{"val_loss", "val loss", 4, false},    {"acr", "ACR", 4, false},
+                                {"pair_ratio", "pair ratio", 4, false}, {"work_ratio", "attn work ratio", 4, false},
+                                {"tokens_per_s", "tokens/s", 0, false}, {"peak_mb", "peak MB", 0, false}};
+const Column kEvalColumns[] = {{"val_loss", "val loss", 4, true},        {"val_ppl", "perplexity", 3, true},
+                               {"inference_acr", "inference ACR", 4, true}, {"pair_ratio", "pair ratio", 4, true},
+                               {"attn_work_ratio", "attn work ratio", 4, true}, {"tokens_per_s", "tokens/s", 0, true},
+                               {"peak_rss_mb", "peak MB", 0, true}};
+
+double value_of(const RunData& r, const Column& c) {
+  return c.eval ? r.eval[c.key].get<double>() : r.train.at(c.key);
+}
+
+std::string fixed(double v, int decimals) {
+  if (!std::isfinite(v)) return "–";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
+// "3.0312" for one seed, "3.0312 ± 0.0121" (95% half-width) for more.
+std::string cell(const MeanInterval& m, int decimals) {
+  if (m.n == 0) return "–";
+  if (m.n < 2) return fixed(m.mean, decimals);
+  return fixed(m.mean, decimals) + " ± " + fixed(m.hi - m.mean, decimals);
+}
+
+std::string safe_name(const std::string& s) {
+  std::string o;
+  for (char c : s) o += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '-';
+  return o;
+}
+
+std::string shape_text(const std::vector<int>& s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); i++) o += (i ? "," : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+// Table 4's descriptive columns.
+std::vector<std::string> regime_columns(const RunData& r) {
+  const ControllerConfig& c = r.cc;
+  if (c.policy == WindowPolicy::off) return {"–", "–", "–"};
+  if (c.policy != WindowPolicy::controller) return {str_cat("policy ", window_policy_name(c.policy)), "–", "–"};
+  if (!c.grouping) return {"off", "–", c.joint_scorer ? "on" : "off"};
+  return {str_cat("on (", topology_mode_name(c.topology), ")"), shape_text(c.shape), c.joint_scorer ? "on" : "off"};
+}
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+
+std::string markdown(const Table& t) {
+  std::string o = "|";
+  for (const auto& h : t.header) o += " " + h + " |";
+  o += "\n|";
+  for (size_t i = 0; i < t.header.size(); i++) o += i ? "---:|" : "---|";
+  o += "\n";
+  for (const auto& row : t.rows) {
+    o += "|";
+    for (const auto& c : row) o += " " + c + " |";
+    o += "\n";
+  }
+  return o;
+}
+
+std::string html_table(const Table& t) {
+  std::string o = "<table>\n<tr>";
+  for (const auto& h : t.header) o += "<th>" + svg_escape(h) + "</th>";
+  o += "</tr>\n";
+  for (const auto& row : t.rows) {
+    o += "<tr>";
+    for (size_t i = 0; i < row.size(); i++) o += (i ? "<td class=\"n\">" : "<td>") + svg_escape(row[i]) + "</td>";
+    o += "</tr>\n";
+  }
+  return o + "</table>\n";
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+std::string full_precision(double v) {
+  if (!std::isfinite(v)) return "";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+
+}  // namespace
+
+double t_quantile_975(int df) {
+  // Exact to the printed digits for df <= 30 (standard tables); above, the Cornish-Fisher expansion around the
+  // normal quantile, within 2e-4 of the exact value.
+  static const double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  AAH_CHECK(df >= 1);
+  if (df <= 30) return kTable[df - 1];
+  const double z = 1.959963984540054, n = df;
+  return z + (z * z * z + z) / (4 * n) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n) +
+         (3 * std::pow(z, 7) + 19 * std::pow(z, 5) + 17 * z * z * z - 15 * z) / (384 * n * n * n);
+}
+
+MeanInterval mean_interval(const std::vector<double>& x) {
+  MeanInterval m;
+  double sum = 0;
+  for (double v : x)
+    if (std::isfinite(v)) sum += v, m.n++;
+  if (m.n == 0) return m;
+  m.mean = sum / m.n;
+  m.lo = m.hi = m.mean;
+  if (m.n < 2) return m;
+  double ss = 0;
+  for (double v : x)
+    if (std::isfinite(v)) ss += (v - m.mean) * (v - m.mean);
+  const double half = t_quantile_975(m.n - 1) * std::sqrt(ss / (m.n - 1) / m.n);
+  m.lo = m.mean - half, m.hi = m.mean + half;
+  return m;
+}
+
+void report_write(const std::string& dir) {
+  // The runs: every DIR/runs/<name>/ with an eval.json (unfinished ones are listed, not tabled).
+  std::vector<std::string> names, unfinished;
+  const std::string runs_dir = dir + "/runs";
+  if (DIR* d = opendir(runs_dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    closedir(d);
+  } else {
+    fail("[report] ", runs_dir, ": no such directory (is ", dir, " a suite directory?)");
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<RunData> runs;
+  for (const auto& n : names) {
+    const std::string rd = runs_dir + "/" + n;
+    if (!file_exists(rd + "/eval.json")) {
+      unfinished.push_back(n);
+      continue;
+    }
+    runs.push_back(read_run(rd, n));
+  }
+  if (runs.empty()) fail("[report] ", runs_dir, ": no finished run (none has eval.json)");
+  json suite = file_exists(dir + "/suite.json") ? read_json_file(dir + "/suite.json") : json::object();
+  if (!suite.is_object()) fail("[report] ", dir, "/suite.json: not a JSON object");
+
+  // Regimes in the suite's order (full first when present), then any others found.
+  std::vector<std::string> regimes;
+  if (suite.contains("regimes") && suite["regimes"].is_array())
+    for (const auto& r : suite["regimes"])
+      if (r.is_string()) regimes.push_back(r.get<std::string>());
+  for (const auto& r : runs)
+    if (std::find(regimes.begin(), regimes.end(), r.regime) == regimes.end()) regimes.push_back(r.regime);
+  std::erase_if(regimes, [&](const std::string& g) {
+    return std::none_of(runs.begin(), runs.end(), [&](const RunData& r) { return r.regime == g; });
+  });
+  if (auto it = std::find(regimes.begin(), regimes.end(), "full"); it != regimes.end())
+    std::rotate(regimes.begin(), it, it + 1);
+  auto runs_of = [&](const std::string& g) {
+    std::vector<const RunData*> v;
+    for (const auto& r : runs)
+      if (r.regime == g) v.push_back(&r);
+    return v;
+  };
+  const bool have_full = std::find(regimes.begin(), regimes.end(), "full") != regimes.end();
+  // Paired difference from full attention: per seed present in both.
+  auto paired = [&](const std::string& g, const Column& c) {
+    std::vector<double> d;
+    for (const RunData* r : runs_of(g))
+      for (const RunData* f : runs_of("full"))
+        if (f->seed == r->seed) d.push_back(value_of(*r, c) - value_of(*f, c));
+    return mean_interval(d);
+  };
+
+  json out = {{"suite", suite}, {"runs", json::array()}, {"regimes", json::array()}, {"unfinished", unfinished}};
+  Table train_t, eval_t, diff_t;
+  train_t.header = {"regime", "grouping", "hierarchy", "joint scorer", "context", "seeds"};
+  for (const auto& c : kTrainColumns) train_t.header.push_back(c.header);
+  eval_t.header = {"regime", "seeds"};
+  for (const auto& c : kEvalColumns) eval_t.header.push_back(c.header);
+  diff_t.header = {"regime", "seeds paired", "Δ training val loss", "Δ inference val loss", "Δ inference tokens/s"};
+  std::string csv_summary = "regime,source,metric,n,mean,lo95,hi95\n";
+  for (const auto& g : regimes) {
+    const auto rs = runs_of(g);
+    std::vector<std::string> row = {g};
+    for (const auto& s : regime_columns(*rs[0])) row.push_back(s);
+    row.push_back(std::to_string(rs[0]->cfg.train.context));
+    row.push_back(std::to_string(rs.size()));
+    json jr = {{"regime", g}, {"seeds", json::array()}};
+    for (const RunData* r : rs) jr["seeds"].push_back(r->seed);
+    for (const auto& c : kTrainColumns) {
+      std::vector<double> v;
+      for (const RunData* r : rs) v.push_back(value_of(*r, c));
+      const MeanInterval m = mean_interval(v);
+      row.push_back(cell(m, c.decimals));
+      jr["train"][c.key] = {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}};
+      csv_summary += str_cat(csv_field(g), ",train,", c.key, ",", m.n, ",", full_precision(m.mean), ",",
+                             full_precision(m.lo), ",", full_precision(m.hi), "\n");
+    }
+    train_t.rows.push_back(row);
+    std::vector<std::string> erow = {g, std::to_string(rs.size())};
+    for (const auto& c : kEvalColumns) {
+      std::vector<double> v;
+      for (const RunData* r : rs) v.push_back(value_of(*r, c));
+      const MeanInterval m = mean_interval(v);
+      erow.push_back(cell(m, c.decimals));
+      jr["eval"][c.key] = {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}};
+      csv_summary += str_cat(csv_field(g), ",eval,", c.key, ",", m.n, ",", full_precision(m.mean), ",",
+                             full_precision(m.lo), ",", full_precision(m.hi), "\n");
+    }
+    eval_t.rows.push_back(erow);
+    if (have_full && g != "full") {
+      const MeanInterval dt = paired(g, kTrainColumns[0]), de = paired(g, kEvalColumns[0]),
+                         ds = paired(g, kEvalColumns[5]);
+      diff_t.rows.push_back({g, std::to_string(dt.n), cell(dt, 4), cell(de, 4), cell(ds, 0)});
+      jr["paired_vs_full"] = {{"train_val_loss", {{"n", dt.n}, {"mean", dt.mean}, {"lo95", dt.lo}, {"hi95", dt.hi}}},
+                              {"eval_val_loss", {{"n", de.n}, {"mean", de.mean}, {"lo95", de.lo}, {"hi95", de.hi}}},
+                              {"eval_tokens_per_s", {{"n", ds.n}, {"mean", ds.mean}, {"lo95", ds.lo}, {"hi95", ds.hi}}}};
+    }
+    out["regimes"].push_back(jr);
+  }
+
+  // Per-run CSV and JSON: the numbers exactly as read or derived.
+  std::string csv_runs = "run,regime,seed";
+  for (const auto& c : kTrainColumns) csv_runs += str_cat(",train_", c.key);
+  for (const auto& c : kEvalColumns) csv_runs += str_cat(",eval_", c.key);
+  csv_runs += "\n";
+  for (const auto& r : runs) {
+    csv_runs += str_cat(csv_field(r.name), ",", csv_field(r.regime), ",", r.seed);
+    for (const auto& c : kTrainColumns) csv_runs += "," + full_precision(value_of(r, c));
+    for (const auto& c : kEvalColumns) csv_runs += "," + full_precision(value_of(r, c));
+    csv_runs += "\n";
+    json jr = {{"run", r.name}, {"regime", r.regime}, {"seed", r.seed}, {"train", r.train}, {"eval", r.eval}};
+    out["runs"].push_back(jr);
+  }
+
+  // Figures. Series are means over seeds at each logged step.
+  auto series_of = [&](const std::string& key) {
+    std::vector<SvgSeries> ss;
+    for (const auto& g : regimes) {
+      std::map<int, std::vector<double>> by_step;
+      for (const RunData* r : runs_of(g))
+        for (const auto& j : r->lines)
+          if (j.contains(key) && j[key].is_number()) by_step[j["step"].get<int>()].push_back(j[key].get<double>());
+      SvgSeries s;
+      s.name = g;
+      for (auto& [step, v] : by_step) {
+        s.x.push_back(step);
+        s.y.push_back(mean_interval(v).mean);
+      }
+      ss.push_back(std::move(s));
+    }
+    return ss;
+  };
+  const int max_step = int(runs[0].train.at("steps"));
+  std::vector<std::pair<std::string, std::string>> figures;  // (file, caption)
+  std::map<std::string, std::string> svgs;
+  auto add_figure = [&](const std::string& file, const std::string& caption, std::string svg) {
+    figures.push_back({file, caption});
+    svgs[file] = std::move(svg);
+  };
+  const std::string seeds_note = runs.size() > regimes.size() ? " (mean over seeds)" : "";
+  add_figure("val_loss.svg", "Validation loss over training" + seeds_note,
+             svg_line_chart({"Validation loss" + seeds_note, "optimizer step", "validation loss (nats/token)",
+                             series_of("val_loss")}));
+  add_figure("val_loss_late.svg", "Validation loss, second half of training (zoom)",
+             svg_line_chart({"Validation loss, late training (zoom)", "optimizer step", "validation loss (nats/token)",
+                             series_of("val_loss"), max_step / 2.0}));
+  add_figure("acr.svg", "Attention coverage ratio (ACR) of the windows in force",
+             svg_line_chart({"ACR of the windows in force", "optimizer step", "ACR (mean W/T, 1 = full attention)",
+                             series_of("attn_ratio")}));
+  add_figure("levels_used.svg", "Hierarchy levels used at the control updates",
+             svg_line_chart({"Hierarchy levels used", "optimizer step", "levels used (mean over layers)",
+                             series_of("levels_used")}));
+  // Window-bucket heatmap: regime x window, % of (layer, head, sequence) executions at evaluation.
+  {
+    std::vector<int> windows;  // every candidate window, and any other a run used
+    for (const auto& r : runs)
+      for (int w : r.cc.windows)
+        if (std::find(windows.begin(), windows.end(), w) == windows.end()) windows.push_back(w);
+    for (const auto& r : runs)
+      for (auto& [w, f] : r.eval["window_fractions"].items()) {
+        const int wi = std::atoi(w.c_str());
+        if (std::find(windows.begin(), windows.end(), wi) == windows.end()) windows.push_back(wi);
+      }
+    std::sort(windows.begin(), windows.end());
+    SvgHeatmap h;
+    h.title = "Window buckets at evaluation";
+    h.x_label = "window W (tokens)";
+    h.y_label = "regime";
+    h.scale_label = "% of executions";
+    h.lo = 0, h.hi = 100;
+    for (int w : windows) h.cols.push_back(std::to_string(w));
+    Table bucket_t;
+    bucket_t.header = {"regime"};
+    for (int w : windows) bucket_t.header.push_back("W=" + std::to_string(w));
+    for (const auto& g : regimes) {
+      h.rows.push_back(g);
+      std::vector<std::string> row = {g};
+      for (int w : windows) {
+        std::vector<double> v;
+        for (const RunData* r : runs_of(g)) v.push_back(100.0 * r->eval["window_fractions"].value(std::to_string(w), 0.0));
+        const double m = mean_interval(v).mean;
+        h.values.push_back(m);
+        h.cell_text.push_back(fixed(m, 1) + "%");
+        row.push_back(fixed(m, 1) + "%");
+      }
+      bucket_t.rows.push_back(row);
+    }
+    add_figure("window_buckets.svg", "Window-bucket frequencies at evaluation (regime x window)", svg_heatmap(h));
+    out["window_buckets"] = {{"windows", windows}, {"table", bucket_t.rows}};
+    svgs["__bucket_md"] = markdown(bucket_t);
+    svgs["__bucket_html"] = html_table(bucket_t);
+  }
+  for (const auto& g : regimes) {
+    const RunData& r = *runs_of(g)[0];
+    const json& map = r.eval["window_map"];
+    SvgHeatmap h;
+    h.title = str_cat("Final windows: ", g, " (seed ", r.seed, ")");
+    h.x_label = "head";
+    h.y_label = "layer";
+    h.scale_label = "W / T";
+    const int T = r.cfg.train.context;
+    for (size_t l = 0; l < map.size(); l++) {
+      if (!map[l].is_array()) fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map row ", l, " is not an array");
+      h.rows.push_back(std::to_string(l));
+      if (l == 0)
+        for (size_t k = 0; k < map[l].size(); k++) h.cols.push_back(std::to_string(k));
+      if (map[l].size() != h.cols.size())
+        fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map rows differ in length");
+      for (const auto& w : map[l]) {
+        if (!w.is_number_integer()) fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map holds a non-integer");
+        h.values.push_back(double(w.get<int>()) / T);
+        h.cell_text.push_back(std::to_string(w.get<int>()));
+      }
+    }
+    h.lo = 0, h.hi = 1;
+    add_figure("window_map_" + safe_name(g) + ".svg", str_cat("Final layer x head windows, ", g), svg_heatmap(h));
+  }
+
+  // Files.
+  make_dirs(dir + "/figures");
+  for (const auto& [file, caption] : figures) write_file_atomic(dir + "/figures/" + file, svgs[file]);
+  const RunData& r0 = runs[0];
+  const ModelConfig& m = r0.cfg.model;
+  const std::string setup = str_cat(
+      "Preset `", suite.value("preset", std::string("?")), "`: ", suite.value("summary", std::string("")), ". Model: ",
+      m.num_hidden_layers, " layers, ", m.num_attention_heads, " heads x ", m.head_dim, " (", m.num_key_value_heads,
+      " KV heads), width ", m.hidden_size, ", vocabulary ", m.vocab_size, ". Training: ", r0.cfg.train.steps,
+      " steps of ", r0.cfg.train.batch_size, " x ", r0.cfg.train.context, " tokens. Runs: ", runs.size(),
+      unfinished.empty() ? std::string() : str_cat(" finished (unfinished: ", unfinished.size(), ")"), ".");
+  const std::string notes =
+      "Definitions. Training table: val loss at the final step; ACR (mean W/T over layers and heads) and exact pair "
+      "ratio (executed causal pairs / full causal pairs) of the windows in force at the final step; attention work "
+      "ratio = multiply-adds the attention kernels executed / the same kernels with full windows, mean over the "
+      "run; tokens/s = median over logged intervals after the first; peak MB = peak resident memory of the training "
+      "process. Inference table (`aah eval`): inference ACR = sum over windows of f_W * W / T, f_W the fraction of "
+      "(layer, head, sequence) executions with window W; tokens/s after the first (warmup) batch; peak memory of "
+      "the evaluation process. With two or more seeds, a cell reads mean ± half-width of the 95% t-interval; Δ is "
+      "the mean paired difference regime - full over the seeds both have.";
+  std::string md = "# aah suite report\n\n" + setup + "\n\n## Training (the paper's Table 4)\n\n" + markdown(train_t) +
+                   "\n## Inference (the paper's Table 6)\n\n" + markdown(eval_t);
+  if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(diff_t);
+  md += "\n## Window buckets at evaluation\n\n" + svgs["__bucket_md"] + "\n## Figures\n\n";
+  for (const auto& [file, caption] : figures) md += str_cat("![", caption, "](figures/", file, ")\n\n");
+  md += notes + "\n";
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>aah suite report</title>\n"
+      "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+      "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px}"
+      "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f2f2f2}"
+      "figure{margin:1.5em 0}figcaption{color:#555;font-size:0.9em}</style>\n</head>\n<body>\n"
+      "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n<h2>Training (the paper's Table 4)</h2>\n" +
+      html_table(train_t) + "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
+  if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(diff_t);
+  html += "<h2>Window buckets at evaluation</h2>\n" + svgs["__bucket_html"] + "<h2>Figures</h2>\n";
+  for (const auto& [file, caption] : figures)
+    html += "<figure>\n" + svgs[file] + "<figcaption>" + svg_escape(caption) + "</figcaption>\n</figure>\n";
+  html += "<p>" + svg_escape(notes) + "</p>\n</body>\n</html>\n";
+  out["tables"] = {{"training", {{"header", train_t.header}, {"rows", train_t.rows}}},
+                   {"inference", {{"header", eval_t.header}, {"rows", eval_t.rows}}},
+                   {"paired", {{"header", diff_t.header}, {"rows", diff_t.rows}}}};
+  write_file_atomic(dir + "/report.md", md);
+  write_file_atomic(dir + "/report.html", html);
+  write_file_atomic(dir + "/runs.csv", csv_runs);
+  write_file_atomic(dir + "/summary.csv", csv_summary);
+  write_file_atomic(dir + "/report.json", out.dump(2) + "\n");
+  std::printf("%s\n", md.substr(0, md.find("\n## Window buckets")).c_str());
+  std::fprintf(stderr, "[report] wrote %s/report.md, report.html, runs.csv, summary.csv, report.json, figures/ (%zu)\n",
+               dir.c_str(), figures.size());
+}
+
+}  // namespace aah

@@ -1,0 +1,29 @@
+// `aah report DIR`: the suite's report, rebuilt from its run directories alone (config.json, metrics.jsonl,
+// eval.json of every DIR/runs/*/), so it can be regenerated, or regenerated after adding seeds, at any time.
+//
+// DIR/report.md       tables (the paper's Table 4 and Table 6 plus our columns), paired differences, figures
+// DIR/report.html     the same, self-contained (figures inline as SVG)
+// DIR/runs.csv        one row per run, every number of the tables
+// DIR/summary.csv     one row per regime: mean, 95% interval low and high of each number over seeds
+// DIR/report.json     all of it, with the per-step series of the figures
+// DIR/figures/*.svg   validation loss (and late zoom), ACR, hierarchy levels used over steps; the window-bucket
+//                     heatmap (regime x window); per regime the final layer x head window map
+#pragma once
+#include <string>
+#include <vector>
+
+namespace aah {
+
+void report_write(const std::string& dir);
+
+// 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
+double t_quantile_975(int df);
+
+struct MeanInterval {
+  int n = 0;
+  double mean = 0, lo = 0, hi = 0;  // lo == hi == mean when n < 2
+};
+// Mean and 95% t-interval of x (NaN entries are ignored).
+MeanInterval mean_interval(const std::vector<double>& x);
+
+}  // namespace aah

@@ -1,0 +1,220 @@
+#include "experiments/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace aah {
+
+namespace {
+
+// Tableau 10: distinguishable, colour-blind friendlier than the default rainbow.
+const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+constexpr double kCharWidth = 7.0;  // px per character at font-size 12 (sans-serif), for layout
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+// Tick label: as many decimals as the tick step needs.
+std::string tick_label(double v, double step) {
+  const int decimals = std::max(0, int(-std::floor(std::log10(step) + 1e-9)));
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", decimals, std::fabs(v) < step * 1e-6 ? 0.0 : v);
+  return b;
+}
+
+std::string text(double x, double y, const std::string& s, const std::string& extra = "") {
+  return str_cat("<text x=\"", num(x), "\" y=\"", num(y), "\"", extra.empty() ? "" : " ", extra, ">", svg_escape(s),
+                 "</text>\n");
+}
+
+std::string header(double w, double h) {
+  return str_cat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(w), "\" height=\"", num(h),
+                 "\" viewBox=\"0 0 ", num(w), " ", num(h),
+                 "\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n<rect width=\"100%\" "
+                 "height=\"100%\" fill=\"white\"/>\n");
+}
+
+}  // namespace
+
+std::string svg_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::vector<double> svg_nice_ticks(double lo, double hi, int target) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) t.push_back(v);
+  return t;
+}
+
+std::string svg_line_chart(const SvgLineChart& c) {
+  size_t longest = 0;
+  for (const auto& s : c.series) longest = std::max(longest, s.name.size());
+  const double left = 78, top = 44, bottom = 58, pw = 560, ph = 300;
+  const double legend_w = 40 + kCharWidth * double(longest);
+  const double W = left + pw + 20 + legend_w, H = top + ph + bottom;
+  // Data range over what is drawn.
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const auto& s : c.series)
+    for (size_t i = 0; i < s.x.size(); i++) {
+      if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+    }
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 <= x0) x1 = x0 + 1;
+  if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
+  const double pad = (y1 - y0) * 0.05;
+  y0 -= pad, y1 += pad;
+  const auto xt = svg_nice_ticks(x0, x1), yt = svg_nice_ticks(y0, y1);
+  const double xs = xt.size() > 1 ? xt[1] - xt[0] : 1, ys = yt.size() > 1 ? yt[1] - yt[0] : 1;
+  auto X = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
+  auto Y = [&](double y) { return top + ph - (y - y0) / (y1 - y0) * ph; };
+
+  std::string o = header(W, H);
+  o += text(left + pw / 2, 24, c.title, "text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\"");
+  o += str_cat("<rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw), "\" height=\"", num(ph),
+               "\" fill=\"none\" stroke=\"#444\"/>\n");
+  for (double v : xt) {
+    o += str_cat("<line x1=\"", num(X(v)), "\" y1=\"", num(top), "\" x2=\"", num(X(v)), "\" y2=\"", num(top + ph),
+                 "\" stroke=\"#e4e4e4\"/>\n");
+    o += text(X(v), top + ph + 17, tick_label(v, xs), "text-anchor=\"middle\"");
+  }
+  for (double v : yt) {
+    o += str_cat("<line x1=\"", num(left), "\" y1=\"", num(Y(v)), "\" x2=\"", num(left + pw), "\" y2=\"", num(Y(v)),
+                 "\" stroke=\"#e4e4e4\"/>\n");
+    o += text(left - 6, Y(v) + 4, tick_label(v, ys), "text-anchor=\"end\"");
+  }
+  o += text(left + pw / 2, H - 14, c.x_label, "text-anchor=\"middle\" font-size=\"13\"");
+  o += text(18, top + ph / 2, c.y_label,
+            str_cat("text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 ", num(top + ph / 2), ")\""));
+  o += str_cat("<clipPath id=\"plot\"><rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw),
+               "\" height=\"", num(ph), "\"/></clipPath>\n<g clip-path=\"url(#plot)\" fill=\"none\" stroke-width=\"2\">\n");
+  for (size_t k = 0; k < c.series.size(); k++) {
+    const auto& s = c.series[k];
+    const char* color = kPalette[k % 10];
+    std::string pts;
+    int points = 0;
+    auto flush = [&] {
+      if (points > 1) o += str_cat("<polyline stroke=\"", color, "\" points=\"", pts, "\"/>\n");
+      pts.clear();
+      points = 0;
+    };
+    int drawn = 0;
+    for (size_t i = 0; i < s.x.size(); i++) {
+      if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) {
+        flush();
+        continue;
+      }
+      pts += str_cat(num(X(s.x[i])), ",", num(Y(s.y[i])), " ");
+      points++;
+      drawn++;
+    }
+    flush();
+    if (drawn <= 40)  // markers where points are few (evaluation steps), so single points show too
+      for (size_t i = 0; i < s.x.size(); i++)
+        if (s.x[i] >= c.x_from && std::isfinite(s.y[i]))
+          o += str_cat("<circle cx=\"", num(X(s.x[i])), "\" cy=\"", num(Y(s.y[i])), "\" r=\"2.5\" fill=\"", color,
+                       "\" stroke=\"none\"/>\n");
+  }
+  o += "</g>\n";
+  const double lx = left + pw + 20;
+  for (size_t k = 0; k < c.series.size(); k++) {
+    const double ly = top + 8 + 20 * double(k);
+    o += str_cat("<line x1=\"", num(lx), "\" y1=\"", num(ly), "\" x2=\"", num(lx + 22), "\" y2=\"", num(ly),
+                 "\" stroke=\"", kPalette[k % 10], "\" stroke-width=\"3\"/>\n");
+    o += text(lx + 28, ly + 4, c.series[k].name);
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+std::string svg_heatmap(const SvgHeatmap& m) {
+  const size_t R = m.rows.size(), C = m.cols.size();
+  AAH_CHECK(m.values.size() == R * C && m.cell_text.size() == R * C);
+  size_t longest_row = 0, longest_col = 0;
+  for (const auto& r : m.rows) longest_row = std::max(longest_row, r.size());
+  for (const auto& c : m.cols) longest_col = std::max(longest_col, c.size());
+  size_t longest_cell = 0;
+  for (const auto& t : m.cell_text) longest_cell = std::max(longest_cell, t.size());
+  const double cw = std::max({46.0, kCharWidth * double(longest_cell) + 10, kCharWidth * double(longest_col) + 8});
+  const double ch = 26;
+  const double left = 40 + kCharWidth * double(longest_row), top = 44;
+  const double gw = cw * double(C), gh = ch * double(R);
+  const double bar_x = left + gw + 24;
+  const double bh = std::max(60.0, gh);
+  const double W = std::max({bar_x + 80, bar_x + kCharWidth * double(m.scale_label.size()) + 10,
+                             kCharWidth * 1.3 * double(m.title.size()) + 20});
+  const double H = top + std::max(gh + 64, bh + 30);
+  std::string o = header(W, H);
+  o += text(left + gw / 2, 24, m.title, "text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\"");
+  const double span = m.hi > m.lo ? m.hi - m.lo : 1;
+  auto shade = [&](double v) {
+    const double t = std::clamp((v - m.lo) / span, 0.0, 1.0);
+    const int r = int(std::lround(255 + (8 - 255) * t)), g = int(std::lround(255 + (48 - 255) * t)),
+              b = int(std::lround(255 + (107 - 255) * t));
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "#%02x%02x%02x", r, g, b);
+    return std::pair<std::string, bool>(buf, t > 0.55);  // (fill, dark: white text)
+  };
+  for (size_t i = 0; i < R; i++) {
+    const double y = top + ch * double(i);
+    o += text(left - 8, y + ch / 2 + 4, m.rows[i], "text-anchor=\"end\"");
+    for (size_t j = 0; j < C; j++) {
+      const double x = left + cw * double(j), v = m.values[i * C + j];
+      const auto [fill, dark] = std::isfinite(v) ? shade(v) : std::pair<std::string, bool>("#f4f4f4", false);
+      o += str_cat("<rect x=\"", num(x), "\" y=\"", num(y), "\" width=\"", num(cw), "\" height=\"", num(ch),
+                   "\" fill=\"", fill, "\" stroke=\"white\"/>\n");
+      if (!m.cell_text[i * C + j].empty())
+        o += text(x + cw / 2, y + ch / 2 + 4, m.cell_text[i * C + j],
+                  str_cat("text-anchor=\"middle\" fill=\"", dark ? "white" : "black", "\""));
+    }
+  }
+  for (size_t j = 0; j < C; j++) o += text(left + cw * (double(j) + 0.5), top + gh + 16, m.cols[j], "text-anchor=\"middle\"");
+  o += text(left + gw / 2, top + gh + 40, m.x_label, "text-anchor=\"middle\" font-size=\"13\"");
+  o += text(14, top + gh / 2, m.y_label,
+            str_cat("text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 14 ", num(top + gh / 2), ")\""));
+  // Colour bar: lo at the bottom, hi at the top.
+  const int steps = 20;
+  for (int s = 0; s < steps; s++) {
+    const double v = m.hi - span * (s + 0.5) / steps;
+    o += str_cat("<rect x=\"", num(bar_x), "\" y=\"", num(top + bh * s / steps), "\" width=\"14\" height=\"",
+                 num(bh / steps + 0.5), "\" fill=\"", shade(v).first, "\"/>\n");
+  }
+  o += str_cat("<rect x=\"", num(bar_x), "\" y=\"", num(top), "\" width=\"14\" height=\"", num(bh),
+               "\" fill=\"none\" stroke=\"#444\"/>\n");
+  const double step = m.hi > m.lo ? (m.hi - m.lo) / 10 : 1;
+  o += text(bar_x + 20, top + 10, tick_label(m.hi, step));
+  o += text(bar_x + 20, top + bh, tick_label(m.lo, step));
+  o += text(bar_x, top + bh + 18, m.scale_label);
+  o += "</svg>\n";
+  return o;
+}
+
+}  // namespace aah
