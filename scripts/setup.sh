@@ -11,6 +11,7 @@ packages=(
   libutf8proc-dev          # Unicode normalization (NFC) for the tokenizers
   libpython3.11-stdlib     # `aah data code` corpus: the Python standard library sources
   libgtest-dev libgmock-dev libbenchmark-dev
+  librsvg2-bin libxml2-utils   # tests: the report's SVG figures render (rsvg-convert), HTML/SVG are well-formed
 )
 missing=()
 for p in "${packages[@]}"; do

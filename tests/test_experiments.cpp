@@ -1,0 +1,305 @@
+// The experiment suite and its report: statistics against tables, the smoke preset end to end (every number of
+// the report re-derived here from the run files), figures that render, and a suite interrupted and resumed.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "experiments/presets.h"
+#include "experiments/report.h"
+#include "experiments/suite.h"
+#include "experiments/svg.h"
+#include "helpers.h"
+#include "io/files.h"
+#include "model/config.h"
+
+namespace aah {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+TEST(Stats, TQuantileMatchesTables) {
+  // Student's t 0.975 quantiles (standard tables / scipy.stats.t.ppf(0.975, df)).
+  const std::pair<int, double> known[] = {{1, 12.7062}, {2, 4.3027}, {4, 2.7764}, {10, 2.2281}, {30, 2.0423},
+                                          {31, 2.0395}, {40, 2.0211}, {60, 2.0003}, {120, 1.9799}, {1000, 1.9623}};
+  for (auto [df, t] : known) EXPECT_NEAR(t_quantile_975(df), t, 6e-4) << "df " << df;
+}
+
+TEST(Stats, MeanIntervalHandWorked) {
+  // x = 1, 2, 3, 4: mean 2.5, s^2 = 5/3, standard error sqrt(5/12) = 0.645497, t(3) = 3.182 -> half-width 2.05397.
+  const MeanInterval m = mean_interval({1, 2, 3, 4, NAN});
+  EXPECT_EQ(m.n, 4);
+  EXPECT_DOUBLE_EQ(m.mean, 2.5);
+  EXPECT_NEAR(m.hi - m.mean, 3.182 * std::sqrt(5.0 / 12.0), 1e-12);
+  EXPECT_NEAR(m.mean - m.lo, 2.05397, 1e-5);
+  const MeanInterval one = mean_interval({7});
+  EXPECT_EQ(one.n, 1);
+  EXPECT_EQ(one.lo, 7);
+  EXPECT_EQ(one.hi, 7);
+  EXPECT_EQ(mean_interval({}).n, 0);
+}
+
+TEST(Svg, NiceTicksAndEscaping) {
+  const std::vector<double> t = svg_nice_ticks(0, 1, 5);
+  ASSERT_EQ(t.size(), 6u);
+  for (size_t i = 0; i < t.size(); i++) EXPECT_NEAR(t[i], 0.2 * double(i), 1e-12);
+  const std::vector<double> u = svg_nice_ticks(5.43, 6.91, 6);  // raw step 0.247 rounds up to 0.5: 5.5, 6.0, 6.5
+  ASSERT_FALSE(u.empty());
+  EXPECT_GE(u.front(), 5.43);
+  EXPECT_LE(u.back(), 6.91);
+  EXPECT_NEAR(u[1] - u[0], 0.5, 1e-12);
+  EXPECT_EQ(svg_escape("a<b & \"c\">'d'"), "a&lt;b &amp; &quot;c&quot;&gt;&apos;d&apos;");
+}
+
+TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
+  for (const auto& name : suite_preset_names()) {
+    const SuitePreset p = suite_preset(name);
+    EXPECT_FALSE(p.regimes.empty()) << name;
+    EXPECT_EQ(p.regimes.front(), "full") << name << ": full attention is the reference of the paired differences";
+    for (const auto& r : p.regimes) {
+      Config cfg;
+      config_set(cfg, "aah.regime=" + r);
+      for (const auto& s : p.sets) config_set(cfg, s);
+      EXPECT_NO_THROW(config_validate(cfg)) << name << " " << r;
+      EXPECT_NO_THROW(controller_config_of(cfg)) << name << " " << r;
+    }
+  }
+  // The paper's protocol, as the issue writes it.
+  const SuitePreset p = suite_preset("paper-4096");
+  Config cfg;
+  config_set(cfg, "aah.regime=full_adaptive");
+  for (const auto& s : p.sets) config_set(cfg, s);
+  const ControllerConfig cc = controller_config_of(cfg);
+  EXPECT_EQ(cfg.train.context, 4096);
+  EXPECT_EQ(cc.windows, (std::vector<int>{512, 1024, 2048, 4096}));
+  EXPECT_EQ(cfg.train.steps, 10000);
+  EXPECT_EQ(cfg.train.batch_size, 1);
+  EXPECT_EQ(cc.control_interval, 5);
+  EXPECT_DOUBLE_EQ(cc.feature_ema, 0.9);
+  EXPECT_DOUBLE_EQ(cc.resolution_ema, 0.15);
+  EXPECT_EQ(cfg.train.checkpoint_steps, (std::vector<int>{1000, 5000, 10000}));
+  EXPECT_EQ(cfg.train.eval_interval, 1000);
+  EXPECT_EQ(p.seeds, std::vector<int>{0});
+  EXPECT_NE(test::error_of([] { suite_preset("nope"); }).find("known: smoke, cpu-small"), std::string::npos);
+}
+
+// ---- end to end, through the binary
+
+struct Child {
+  int rc = 0;
+  std::string err, out;
+};
+
+Child run_aah(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {AAH_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child c;
+  c.rc = run_child(argv, [&](const std::string& line) { c.err += line + "\n"; }, &c.out);
+  return c;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = (fs::temp_directory_path() / ("aah-test-" + name + "-" + std::to_string(getpid()))).string();
+  fs::remove_all(d);
+  return d;
+}
+
+std::vector<json> metrics_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<json> v;
+  for (std::string line; std::getline(f, line);) {
+    json j = json::parse(line);
+    if (!j.contains("event")) v.push_back(j);
+  }
+  return v;
+}
+
+std::map<std::string, std::map<std::string, double>> read_runs_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::string header;
+  std::getline(f, header);
+  std::vector<std::string> cols;
+  std::stringstream hs(header);
+  for (std::string c; std::getline(hs, c, ',');) cols.push_back(c);
+  std::map<std::string, std::map<std::string, double>> rows;
+  for (std::string line; std::getline(f, line);) {
+    std::stringstream ls(line);
+    std::vector<std::string> cells;
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    EXPECT_EQ(cells.size(), cols.size()) << line;
+    for (size_t i = 2; i < cells.size() && i < cols.size(); i++) rows[cells[0]][cols[i]] = std::stod(cells[i]);
+  }
+  return rows;
+}
+
+std::string fixed(double v, int decimals) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
+// The tool that checks a figure renders (Debian librsvg2-bin, installed by scripts/setup.sh).
+bool renders(const std::string& svg, const std::string& png) {
+  std::string out;
+  const int rc = run_child({"/usr/bin/rsvg-convert", svg, "-o", png}, [&](const std::string& l) { out += l; });
+  if (rc != 0) ADD_FAILURE() << svg << " does not render: " << out;
+  std::ifstream f(png, std::ios::binary);
+  char magic[8] = {};
+  f.read(magic, 8);
+  return rc == 0 && std::string(magic + 1, 3) == "PNG";
+}
+
+bool well_formed_xml(const std::string& path) {
+  std::string out;
+  const int rc = run_child({"/usr/bin/xmllint", "--noout", path}, [&](const std::string& l) { out += l + "\n"; });
+  if (rc != 0) ADD_FAILURE() << path << " is not well-formed XML: " << out;
+  return rc == 0;
+}
+
+TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
+  ASSERT_TRUE(fs::exists("/usr/bin/rsvg-convert") && fs::exists("/usr/bin/xmllint"))
+      << "rsvg-convert and xmllint check the figures: run scripts/setup.sh (librsvg2-bin, libxml2-utils)";
+  const std::string dir = temp_dir("smoke");
+  const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const SuitePreset p = suite_preset("smoke");
+  const auto csv = read_runs_csv(dir + "/runs.csv");
+  ASSERT_EQ(csv.size(), p.regimes.size());
+  const std::string md = read_file(dir + "/report.md");
+  for (const auto& regime : p.regimes) {
+    const std::string run = regime + "-s0";
+    const std::string rd = dir + "/runs/" + run;
+    // Re-derive every table number from the run's own files (definitions in the report's notes).
+    const auto lines = metrics_lines(rd + "/metrics.jsonl");
+    ASSERT_FALSE(lines.empty());
+    const json& last = lines.back();
+    std::vector<double> tps;
+    double work = 0, peak = 0;
+    for (const auto& j : lines) {
+      tps.push_back(j["tokens_per_s"].get<double>());
+      work += j["attn_work_ratio"].get<double>();
+      peak = std::max(peak, j["peak_rss_mb"].get<double>());
+    }
+    tps.erase(tps.begin());
+    std::sort(tps.begin(), tps.end());
+    const double median = tps.size() % 2 ? tps[tps.size() / 2] : 0.5 * (tps[tps.size() / 2 - 1] + tps[tps.size() / 2]);
+    const json ev = json::parse(read_file(rd + "/eval.json"));
+    const auto& row = csv.at(run);
+    const std::pair<const char*, double> expect[] = {
+        {"train_val_loss", last["val_loss"].get<double>()},   {"train_acr", last["attn_ratio"].get<double>()},
+        {"train_pair_ratio", last["pair_ratio"].get<double>()}, {"train_work_ratio", work / double(lines.size())},
+        {"train_tokens_per_s", median},                       {"train_peak_mb", peak},
+        {"eval_val_loss", ev["val_loss"].get<double>()},      {"eval_val_ppl", ev["val_ppl"].get<double>()},
+        {"eval_inference_acr", ev["inference_acr"].get<double>()}, {"eval_pair_ratio", ev["pair_ratio"].get<double>()},
+        {"eval_attn_work_ratio", ev["attn_work_ratio"].get<double>()},
+        {"eval_tokens_per_s", ev["tokens_per_s"].get<double>()},  {"eval_peak_rss_mb", ev["peak_rss_mb"].get<double>()}};
+    for (auto [col, v] : expect) EXPECT_NEAR(row.at(col), v, 1e-9 * std::max(1.0, std::fabs(v))) << run << " " << col;
+    // The markdown tables show the same numbers, rounded, on the regime's rows.
+    const size_t train_row = md.find("\n| " + regime + " | "), eval_row = md.find("\n| " + regime + " | 1 |");
+    ASSERT_NE(train_row, std::string::npos) << regime;
+    ASSERT_NE(eval_row, std::string::npos) << regime;
+    const std::string tr = md.substr(train_row, md.find('\n', train_row + 1) - train_row);
+    const std::string er = md.substr(eval_row, md.find('\n', eval_row + 1) - eval_row);
+    EXPECT_NE(tr.find("| " + fixed(last["val_loss"].get<double>(), 4) + " | " + fixed(last["attn_ratio"].get<double>(), 4) + " |"),
+              std::string::npos) << tr;
+    EXPECT_NE(er.find("| " + fixed(ev["val_loss"].get<double>(), 4) + " | " + fixed(ev["val_ppl"].get<double>(), 3) + " | " +
+                      fixed(ev["inference_acr"].get<double>(), 4) + " |"),
+              std::string::npos) << er;
+    // Inference ACR is the window-bucket formula of spec section 8: sum_W f_W * W / T.
+    double acr = 0, total = 0;
+    for (auto& [w, f] : ev["window_fractions"].items()) {
+      acr += f.get<double>() * std::stod(w) / ev["context"].get<double>();
+      total += f.get<double>();
+    }
+    EXPECT_NEAR(total, 1.0, 1e-12);
+    EXPECT_NEAR(ev["inference_acr"].get<double>(), acr, 1e-12) << run;
+    EXPECT_GE(ev["attn_work_ratio"].get<double>(), ev["pair_ratio"].get<double>() - 1e-12) << run;
+    if (regime == "full") {
+      EXPECT_EQ(ev["inference_acr"].get<double>(), 1.0);
+      EXPECT_EQ(ev["attn_work_ratio"].get<double>(), 1.0);
+      EXPECT_EQ(row.at("train_work_ratio"), 1.0);
+    }
+    EXPECT_TRUE(fs::exists(dir + "/figures/window_map_" + regime + ".svg")) << regime;
+  }
+  // Every figure is well-formed and renders; the HTML is well-formed and carries every figure inline.
+  int figures = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/figures")) {
+    figures++;
+    EXPECT_TRUE(well_formed_xml(e.path().string()));
+    EXPECT_TRUE(renders(e.path().string(), dir + "/render.png"));
+  }
+  EXPECT_EQ(figures, 5 + int(p.regimes.size()));
+  EXPECT_TRUE(well_formed_xml(dir + "/report.html"));
+  const std::string html = read_file(dir + "/report.html");
+  size_t inline_svgs = 0;
+  for (size_t at = 0; (at = html.find("<svg ", at)) != std::string::npos; at++) inline_svgs++;
+  EXPECT_EQ(inline_svgs, size_t(figures));
+  // `aah report` rebuilds the same report from the run directories alone.
+  const std::string before = read_file(dir + "/runs.csv");
+  fs::remove(dir + "/runs.csv");
+  fs::remove(dir + "/report.md");
+  const Child r = run_aah({"report", dir});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(read_file(dir + "/runs.csv"), before);
+  EXPECT_EQ(read_file(dir + "/report.md"), md);
+  // A rerun finds everything finished and touches no run.
+  const auto mtime = fs::last_write_time(dir + "/runs/full-s0/model.safetensors");
+  const Child again = run_aah({"suite", "--preset", "smoke", "--out", dir});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("finished earlier: skipped"), std::string::npos) << again.err;
+  EXPECT_EQ(fs::last_write_time(dir + "/runs/full-s0/model.safetensors"), mtime);
+  // Different settings in the same directory are refused (finished runs would be mixed with other configs).
+  const Child other = run_aah({"suite", "--preset", "smoke", "--out", dir, "--set", "train.lr=1e-3"});
+  EXPECT_NE(other.rc, 0);
+  EXPECT_NE(other.err.find("suite.json"), std::string::npos) << other.err;
+  fs::remove_all(dir);
+}
+
+TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
+  const std::string dir = temp_dir("resume");
+  const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--regimes", "full,shallow_freeze",
+                                         "--set", "train.steps=100", "--set", "train.checkpoint_interval=10",
+                                         "--set", "train.eval_interval=0", "--no-report"};
+  // Run the suite in the background; interrupt it (SIGINT, as Ctrl-C) once the second run has a checkpoint.
+  Child first;
+  std::thread t([&] { first = run_aah(args); });
+  const std::string second = dir + "/runs/shallow_freeze-s0/training_state.safetensors";
+  for (int i = 0; i < 30000 && !fs::exists(second); i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(fs::exists(second)) << "the second run never checkpointed";
+  // Ctrl-C reaches every process of the terminal's group: here, the aah processes whose command line names dir.
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmdline.find(dir) != std::string::npos && cmdline.find("aah") != std::string::npos) kill(std::stoi(pid), SIGINT);
+  }
+  t.join();
+  ASSERT_NE(first.rc, 0) << "the suite finished before the interrupt arrived: " << first.err;
+  EXPECT_TRUE(fs::exists(dir + "/runs/full-s0/eval.json"));
+  EXPECT_FALSE(fs::exists(dir + "/runs/shallow_freeze-s0/eval.json"));
+  const auto mtime = fs::last_write_time(dir + "/runs/full-s0/model.safetensors");
+  const Child again = run_aah(args);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("[1/2 full s0] finished earlier: skipped"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("[2/2 shallow_freeze s0] resuming at step"), std::string::npos) << again.err;
+  EXPECT_EQ(fs::last_write_time(dir + "/runs/full-s0/model.safetensors"), mtime);
+  EXPECT_TRUE(fs::exists(dir + "/runs/shallow_freeze-s0/eval.json"));
+  const auto lines = metrics_lines(dir + "/runs/shallow_freeze-s0/metrics.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["step"].get<int>(), 100);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace aah
