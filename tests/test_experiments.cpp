@@ -258,6 +258,17 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_NE(again.err.find("finished earlier: skipped"), std::string::npos) << again.err;
   EXPECT_EQ(fs::last_write_time(dir + "/runs/full-s0/model.safetensors"), mtime);
+  // `aah eval --vs-full`: a regime decided at evaluation on the full-attention run, against its own full windows.
+  const Child ev = run_aah({"eval", "--run", dir + "/runs/full-s0", "--data", dir + "/data", "--json", "--set",
+                            "aah.regime=full_adaptive", "--vs-full"});
+  ASSERT_EQ(ev.rc, 0) << ev.err;
+  const json e = json::parse(ev.out);
+  const json full_eval = json::parse(read_file(dir + "/runs/full-s0/eval.json"));
+  EXPECT_TRUE(e["windows_decided_at_eval"].get<bool>());
+  EXPECT_EQ(e["full_val_loss"].get<double>(), full_eval["val_loss"].get<double>());
+  EXPECT_DOUBLE_EQ(e["delta_val_loss_vs_full"].get<double>(),
+                   e["val_loss"].get<double>() - full_eval["val_loss"].get<double>());
+  EXPECT_LT(e["inference_acr"].get<double>(), 1.0);
   // Different settings in the same directory are refused (finished runs would be mixed with other configs).
   const Child other = run_aah({"suite", "--preset", "smoke", "--out", dir, "--set", "train.lr=1e-3"});
   EXPECT_NE(other.rc, 0);

@@ -20,8 +20,15 @@ namespace aah {
 
 namespace {
 
-int run_eval(const EvalRunOptions& o, bool json) {
-  const nlohmann::json r = eval_run(o);
+int run_eval(const EvalRunOptions& o, bool json, bool vs_full) {
+  nlohmann::json r = eval_run(o);
+  if (vs_full) {  // the same model and tokens with every window full: the loss change the regime makes
+    EvalRunOptions full = o;
+    full.sets.push_back("aah.regime=full");
+    const nlohmann::json f = eval_run(full);
+    r["full_val_loss"] = f["val_loss"];
+    r["delta_val_loss_vs_full"] = r["val_loss"].get<double>() - f["val_loss"].get<double>();
+  }
   if (json) {
     std::printf("%s\n", r.dump().c_str());
   } else {
@@ -31,6 +38,9 @@ int run_eval(const EvalRunOptions& o, bool json) {
                 r["pair_ratio"].get<double>(), r["attn_work_ratio"].get<double>(), r["windows"].get<int>(),
                 r["context"].get<int>(), r["tokens_per_s"].get<double>(), r["peak_rss_mb"].get<double>(),
                 r["windows_decided_at_eval"].get<bool>() ? ", windows decided during evaluation" : "");
+    if (vs_full)
+      std::printf("full attention: val_loss %.4f; change under %s: %+.4f\n", r["full_val_loss"].get<double>(),
+                  r["regime"].get<std::string>().c_str(), r["delta_val_loss_vs_full"].get<double>());
   }
   return 0;
 }
@@ -64,7 +74,7 @@ void add_train_commands(CLI::App& app, int& rc) {
   auto* eval = app.add_subcommand(
       "eval", "Loss and perplexity of a run's (or a Hugging Face Qwen3 directory's) model on DIR/val.bin or a text");
   static EvalRunOptions eo;
-  static bool json = false;
+  static bool json = false, vs_full = false;
   eval->add_option("--run", eo.run, "Run directory")->required();
   eval->add_option("--data", eo.data, "Data directory with val.bin");
   eval->add_option("--text", eo.text, "Or: any UTF-8 text file, tokenized with the run's tokenizer.json");
@@ -72,7 +82,10 @@ void add_train_commands(CLI::App& app, int& rc) {
   eval->add_flag("--json", json,
                  "Print one JSON object: val_loss, val_ppl, inference_acr, window_fractions, pair_ratio, "
                  "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, ...");
-  eval->callback([&rc] { rc = run_eval(eo, json); });
+  eval->add_flag("--vs-full", vs_full,
+                 "Also evaluate with every window full and report the loss change the regime makes "
+                 "(full_val_loss, delta_val_loss_vs_full)");
+  eval->callback([&rc] { rc = run_eval(eo, json, vs_full); });
 }
 
 }  // namespace aah
