@@ -39,8 +39,8 @@ SuitePreset suite_preset(const std::string& name) {
     p.data = "synth", p.data_vocab = 512, p.synth_tokens = 200'000;
     p.sets = {"vocab_size=512",         "hidden_size=64",        "intermediate_size=128", "num_hidden_layers=2",
               "num_attention_heads=8",  "num_key_value_heads=4", "head_dim=8",            "train.context=128",
-              "train.batch_size=4",     "train.steps=40",        "train.lr=3e-3",         "train.min_lr=3e-4",
-              "train.warmup_steps=5",   "train.log_interval=5",  "train.eval_interval=20", "train.eval_windows=16",
+              "train.batch_size=4",     "train.steps=100",       "train.lr=3e-3",         "train.min_lr=3e-4",
+              "train.warmup_steps=10",  "train.log_interval=5",  "train.eval_interval=20", "train.eval_windows=16",
               "aah.control_interval=2"};
     p.regimes = kMain;
     p.seeds = {0};
