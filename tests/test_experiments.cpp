@@ -101,6 +101,9 @@ struct Child {
 };
 
 Child run_aah(const std::vector<std::string>& args) {
+  // One thread per child: the models are tiny, and ctest runs tests two at a time on two cores (OpenMP teams
+  // that outnumber the cores spin against each other). Results do not depend on the thread count.
+  setenv("OMP_NUM_THREADS", "1", 1);
   std::vector<std::string> argv = {AAH_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   Child c;

@@ -135,6 +135,8 @@ std::string cell(const MeanInterval& m, int decimals) {
   return fixed(m.mean, decimals) + " ± " + fixed(m.hi - m.mean, decimals);
 }
 
+json interval_json(const MeanInterval& m) { return {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}}; }
+
 std::string safe_name(const std::string& s) {
   std::string o;
   for (char c : s) o += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '-';
@@ -302,34 +304,30 @@ void report_write(const std::string& dir) {
     row.push_back(std::to_string(rs.size()));
     json jr = {{"regime", g}, {"seeds", json::array()}};
     for (const RunData* r : rs) jr["seeds"].push_back(r->seed);
-    for (const auto& c : kTrainColumns) {
-      std::vector<double> v;
-      for (const RunData* r : rs) v.push_back(value_of(*r, c));
-      const MeanInterval m = mean_interval(v);
-      row.push_back(cell(m, c.decimals));
-      jr["train"][c.key] = {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}};
-      csv_summary += str_cat(csv_field(g), ",train,", c.key, ",", m.n, ",", full_precision(m.mean), ",",
-                             full_precision(m.lo), ",", full_precision(m.hi), "\n");
-    }
+    // One table's numeric cells for this regime: mean (and interval) over its seeds, also into JSON and CSV.
+    auto add_cells = [&](const auto& columns, const char* source, std::vector<std::string>& cells) {
+      for (const Column& c : columns) {
+        std::vector<double> v;
+        for (const RunData* r : rs) v.push_back(value_of(*r, c));
+        const MeanInterval m = mean_interval(v);
+        cells.push_back(cell(m, c.decimals));
+        jr[source][c.key] = interval_json(m);
+        csv_summary += str_cat(csv_field(g), ",", source, ",", c.key, ",", m.n, ",", full_precision(m.mean), ",",
+                               full_precision(m.lo), ",", full_precision(m.hi), "\n");
+      }
+    };
+    add_cells(kTrainColumns, "train", row);
     train_t.rows.push_back(row);
     std::vector<std::string> erow = {g, std::to_string(rs.size())};
-    for (const auto& c : kEvalColumns) {
-      std::vector<double> v;
-      for (const RunData* r : rs) v.push_back(value_of(*r, c));
-      const MeanInterval m = mean_interval(v);
-      erow.push_back(cell(m, c.decimals));
-      jr["eval"][c.key] = {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}};
-      csv_summary += str_cat(csv_field(g), ",eval,", c.key, ",", m.n, ",", full_precision(m.mean), ",",
-                             full_precision(m.lo), ",", full_precision(m.hi), "\n");
-    }
+    add_cells(kEvalColumns, "eval", erow);
     eval_t.rows.push_back(erow);
     if (have_full && g != "full") {
       const MeanInterval dt = paired(g, kTrainColumns[0]), de = paired(g, kEvalColumns[0]),
                          ds = paired(g, kEvalColumns[5]);
       diff_t.rows.push_back({g, std::to_string(dt.n), cell(dt, 4), cell(de, 4), cell(ds, 0)});
-      jr["paired_vs_full"] = {{"train_val_loss", {{"n", dt.n}, {"mean", dt.mean}, {"lo95", dt.lo}, {"hi95", dt.hi}}},
-                              {"eval_val_loss", {{"n", de.n}, {"mean", de.mean}, {"lo95", de.lo}, {"hi95", de.hi}}},
-                              {"eval_tokens_per_s", {{"n", ds.n}, {"mean", ds.mean}, {"lo95", ds.lo}, {"hi95", ds.hi}}}};
+      jr["paired_vs_full"] = {{"train_val_loss", interval_json(dt)},
+                              {"eval_val_loss", interval_json(de)},
+                              {"eval_tokens_per_s", interval_json(ds)}};
     }
     out["regimes"].push_back(jr);
   }
