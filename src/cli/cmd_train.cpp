@@ -1,4 +1,5 @@
 // aah train, aah eval.
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -38,7 +39,19 @@ int run_eval(const std::string& run, const std::string& data, const std::string&
   }
   if (int64_t(val.vocab_size) > cfg.model.vocab_size)
     fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
-  Model<float> model(cfg.model, cfg.train.batch_size, cfg.train.context, /*with_grads=*/false);
+  // A text shorter than one window of context+1 tokens (a Hugging Face config.json has no train block, so the
+  // context is the default 256) is evaluated as one window of all its tokens; the windows of the regime follow.
+  if (int64_t(val.tokens.size()) < int64_t(cfg.train.context) + 1) {
+    if (val.tokens.size() < 2) fail("[eval] ", val.path, " has ", val.tokens.size(), " tokens: need at least 2");
+    std::fprintf(stderr, "[eval] %s has %zu tokens, fewer than train.context+1 = %d: evaluating one window of context %zu\n",
+                 val.path.c_str(), val.tokens.size(), cfg.train.context + 1, val.tokens.size() - 1);
+    cfg.train.context = int(val.tokens.size()) - 1;
+    config_validate(cfg);
+  }
+  // No larger micro-batch than there are windows (logits rows are V wide: 151,936 floats each for Qwen3).
+  const int64_t windows = std::min<int64_t>((int64_t(val.tokens.size()) - 1) / cfg.train.context, cfg.train.eval_windows);
+  const int batch = int(std::min<int64_t>(cfg.train.batch_size, windows));
+  Model<float> model(cfg.model, batch, cfg.train.context, /*with_grads=*/false);
   model.dense_attention = cfg.aah.attention == "dense";
   weights_load_dir(run, model);
   // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
@@ -57,7 +70,7 @@ int run_eval(const std::string& run, const std::string& data, const std::string&
   const Controller& controller = policy.controller();
   const int interval = controller.config().control_interval;
   double acr_sum = 0, pair_sum = 0, rows_sum = 0;  // inference ACR: over (layer, head, sequence) executions
-  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, cfg.train.batch_size,
+  EvalResult r = eval_loss(model, val.tokens, cfg.train.context, cfg.train.eval_windows, batch,
                            [&](int batch, int rows, bool before) {
                              if (before) {
                                policy.begin_forward(batch * interval, decide);
@@ -73,7 +86,8 @@ int run_eval(const std::string& run, const std::string& data, const std::string&
     nlohmann::json j = {{"val_loss", r.loss},        {"val_ppl", r.ppl},
                         {"tokens_per_s", r.tokens_per_s}, {"windows", r.windows},
                         {"tokens", r.tokens},          {"attn_ratio", acr},
-                        {"pair_ratio", pair_ratio},    {"windows_decided_at_eval", decide}};
+                        {"pair_ratio", pair_ratio},    {"windows_decided_at_eval", decide},
+                        {"context", cfg.train.context}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("val_loss %.4f  ppl %.3f  ACR %.4f  pair ratio %.4f  (%d windows of %d tokens, %.0f tokens/s)\n",
