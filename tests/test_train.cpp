@@ -226,6 +226,24 @@ TEST(Config, RoundTripsThroughConfigJson) {
   EXPECT_EQ(config_to_json(d), j);
 }
 
+// A Hugging Face config.json: keys aah does not use are ignored, values that would change the model are refused.
+TEST(Config, HuggingFaceKeys) {
+  Config c;
+  config_apply_json(c, nlohmann::json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+      "torch_dtype": "bfloat16", "dtype": "bfloat16", "max_position_embeddings": 40960, "rope_scaling": null,
+      "sliding_window": null, "use_sliding_window": false, "attention_bias": false, "hidden_act": "silu",
+      "head_dim": 128, "tie_word_embeddings": true})"), "config.json");
+  EXPECT_EQ(c.model.head_dim, 128);
+  EXPECT_EQ(c.train.context, 256);  // max_position_embeddings is the model's limit, not an evaluation context
+  for (const char* bad : {R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})", R"({"use_sliding_window": true})",
+                          R"({"attention_bias": true})", R"({"hidden_act": "gelu"})"}) {
+    const std::string key = nlohmann::json::parse(bad).begin().key();
+    EXPECT_NE(error_of([&] { config_apply_json(c, nlohmann::json::parse(bad), "config.json"); }).find(key),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST(Schedule, WarmupThenCosine) {
   TrainConfig t;
   t.lr = 1.0;

@@ -1,5 +1,7 @@
 #include "eval/eval_run.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "core/check.h"
@@ -33,8 +35,20 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   }
   if (int64_t(val.vocab_size) > cfg.model.vocab_size)
     fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
+  // A text shorter than one window of context+1 tokens (a Hugging Face config.json has no train block, so the
+  // context is the default 256) is evaluated as one window of all its tokens; the windows of the regime follow.
+  if (int64_t(val.tokens.size()) < int64_t(cfg.train.context) + 1) {
+    if (val.tokens.size() < 2) fail("[eval] ", val.path, " has ", val.tokens.size(), " tokens: need at least 2");
+    std::fprintf(stderr, "[eval] %s has %zu tokens, fewer than train.context+1 = %d: evaluating one window of context %zu\n",
+                 val.path.c_str(), val.tokens.size(), cfg.train.context + 1, val.tokens.size() - 1);
+    cfg.train.context = int(val.tokens.size()) - 1;
+    config_validate(cfg);
+  }
   const int T = cfg.train.context, L = cfg.model.num_hidden_layers;
-  Model<float> model(cfg.model, cfg.train.batch_size, T, /*with_grads=*/false);
+  // No larger micro-batch than there are windows (logits rows are V wide: 151,936 floats each for Qwen3).
+  const int64_t n_windows = std::min<int64_t>((int64_t(val.tokens.size()) - 1) / T, cfg.train.eval_windows);
+  const int batch = int(std::min<int64_t>(cfg.train.batch_size, n_windows));
+  Model<float> model(cfg.model, batch, T, /*with_grads=*/false);
   model.dense_attention = cfg.aah.attention == "dense";
   weights_load_dir(o.run, model);
   // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
@@ -59,7 +73,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   int64_t warm_tokens = 0;
   const uint64_t macs0 = model.counters.macs;
   const EvalResult r =
-      eval_loss(model, val.tokens, T, cfg.train.eval_windows, cfg.train.batch_size, [&](int batch, int rows, bool before) {
+      eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int batch, int rows, bool before) {
         if (before) {
           policy.begin_forward(batch * interval, decide);
           return;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/decode.h"
 
 namespace aah {
 
@@ -25,6 +26,7 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   cos_.resize(D / 2);
   sin_.resize(D / 2);
   rstd_.resize(H + Hkv);
+  order_.resize(H);
 }
 
 const float* Decoder::prefill(const int32_t* tokens, int n) {
@@ -74,7 +76,6 @@ const float* Decoder::step(int32_t token) {
     cos_[i] = float(std::cos(pos * inv_freq));
     sin_[i] = float(std::sin(pos * inv_freq));
   }
-  const float scale = 1.0f / std::sqrt(float(D));
   const int group = H / Hkv;
   std::memcpy(x_.data(), p.embed + size_t(token) * C, C * sizeof(float));
   for (int l = 0; l < L; l++) {
@@ -93,35 +94,20 @@ const float* Decoder::step(int32_t token) {
       std::memcpy(cache_.key(l, hk, pos), k + size_t(hk) * D, D * sizeof(float));
       std::memcpy(cache_.value(l, hk, pos), v + size_t(hk) * D, D * sizeof(float));
     }
-    // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring.
+    // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring. Heads run in
+    // parallel, longest first, so one long head does not end up last on a thread (windows differ up to 8x).
     const int* win = model_.windows().data() + size_t(l) * H;
+    for (int h = 0; h < H; h++) order_[h] = h;
+    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) { return win[a] > win[b]; });
     double pairs = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : pairs)
-    for (int h = 0; h < H; h++) {
-      const int hk = h / group, lo = std::max(0, pos - win[h] + 1);
-      const float* qh = q + size_t(h) * D;
-      float* sc = scores_.data() + size_t(h) * max_positions_;
-      float mx = -INFINITY;
-      for (int j = lo; j <= pos; j++) {
-        const float* kj = cache_.key(l, hk, j);
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int d = 0; d < D; d++) s += qh[d] * kj[d];
-        sc[j - lo] = s * scale;
-        mx = std::max(mx, sc[j - lo]);
-      }
-      float sum = 0;
-      for (int j = lo; j <= pos; j++) sum += (sc[j - lo] = std::exp(sc[j - lo] - mx));
-      float* o = att_.data() + size_t(h) * D;
-      std::fill(o, o + D, 0.0f);
-      const float inv = 1.0f / sum;
-      for (int j = lo; j <= pos; j++) {
-        const float pj = sc[j - lo] * inv;
-        const float* vj = cache_.value(l, hk, j);
-#pragma omp simd
-        for (int d = 0; d < D; d++) o[d] += pj * vj[d];
-      }
-      pairs += pos - lo + 1;
+    for (int i = 0; i < H; i++) {
+      const int h = order_[i], hk = h / group, lo = std::max(0, pos - win[h] + 1), n = pos - lo + 1;
+      const int ring = l * Hkv + hk, cap = cache_.capacity[ring];
+      cpu::attn_decode_forward(att_.data() + size_t(h) * D, q + size_t(h) * D, cache_.k.data() + cache_.offset[ring],
+                               cache_.v.data() + cache_.offset[ring], cap, lo % cap, n, D,
+                               scores_.data() + size_t(h) * max_positions_);
+      pairs += n;
     }
     pairs_ += pairs;
     cpu::matmul_forward(tmp_.data(), att_.data(), p.wo + size_t(l) * C * H * D, 1, H * D, C);

@@ -31,6 +31,7 @@ class Decoder {
   int max_positions_;
   KVCache cache_;
   std::vector<float> x_, ln_, qkv_, att_, tmp_, h_, act_, logits_, scores_, cos_, sin_, rstd_;
+  std::vector<int> order_;  // (H) heads in order of decreasing window
   double pairs_ = 0;
 };
 

@@ -106,7 +106,7 @@ void set_knob(Config& cfg, const std::string& name, const json& v, const std::st
 
 // HF config.json keys that describe the model but are not settable here; accepted and ignored on input.
 bool ignored_key(const std::string& k) {
-  static const char* keys[] = {"architectures", "model_type", "torch_dtype", "transformers_version",
+  static const char* keys[] = {"architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
                                "bos_token_id", "eos_token_id", "hidden_act", "initializer_range",
                                "max_position_embeddings", "max_window_layers", "rope_scaling", "sliding_window",
                                "use_cache", "use_sliding_window", "attention_bias", "attention_dropout",
@@ -114,6 +114,15 @@ bool ignored_key(const std::string& k) {
   for (const char* s : keys)
     if (k == s) return true;
   return false;
+}
+
+// Ignored HF keys whose other values would change the model: refused rather than silently run differently.
+void check_unsupported(const std::string& k, const json& v, const std::string& source) {
+  auto refuse = [&](const char* why) { fail("[config] ", source, ": ", k, " = ", v.dump(), ": ", why); };
+  if (k == "rope_scaling" && !v.is_null()) refuse("RoPE scaling is not supported (aah implements plain RoPE)");
+  if (k == "use_sliding_window" && v != json(false)) refuse("HF sliding-window attention is not supported");
+  if (k == "attention_bias" && v != json(false)) refuse("q/k/v/o projection biases are not supported (Qwen3 has none)");
+  if (k == "hidden_act" && v != json("silu")) refuse("only silu (SwiGLU) is supported");
 }
 
 void assign(const Field& f, const json& v, const std::string& source) {
@@ -189,7 +198,10 @@ void apply_object(Config& cfg, const std::vector<Field>& fs, const json& j, cons
       set_knob(cfg, k, v, source);
       continue;
     }
-    if (prefix.empty() && ignored_key(k)) continue;
+    if (prefix.empty() && ignored_key(k)) {
+      check_unsupported(k, v, source);
+      continue;
+    }
     const Field* f = find_field(fs, key);
     if (!f) fail("[config] ", source, ": unknown key '", key, "' (aah --help-config lists the keys)");
     assign(*f, v, source);

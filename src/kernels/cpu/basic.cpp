@@ -13,6 +13,11 @@
 
 namespace aah::cpu {
 
+// Row-parallel kernels fork threads only for at least this many elements: a decoding step's single rows would
+// pay a fork and a barrier (microseconds; far more when the cores are shared) for nanoseconds of work. Rows are
+// independent, so results do not depend on it.
+constexpr int64_t kParallelMin = 1 << 15;
+
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) std::memcpy(out + (int64_t)n * C, wte + (int64_t)tokens[n] * C, sizeof(float) * C);
@@ -34,7 +39,7 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, i
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(N) * C >= kParallelMin)
   for (int n = 0; n < N; n++) {
     const float* xn = x + (int64_t)n * C;
     float ss = 0;
@@ -84,6 +89,10 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 }
 
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC) {
+  if (N == 1) {  // one row (decoding): sgemv reads w once; OpenBLAS's sgemm would pack all of w first
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, 0.0f, out, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
 }
 
@@ -141,7 +150,7 @@ void heads_merge_backward(float* dinp, const float* dout, int B, int H, int T, i
 // sign = +1 rotates by the angle (forward), -1 by its negative (the transpose, for backward).
 static void rope_rotate(float* x, const float* cos, const float* sin, int BH, int T, int D, float sign) {
   const int half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (int64_t(BH) * T * D >= kParallelMin)
   for (int bh = 0; bh < BH; bh++)
     for (int t = 0; t < T; t++) {
       float* r = x + ((int64_t)bh * T + t) * D;
@@ -166,7 +175,7 @@ void rope_backward(float* dx, const float* cos, const float* sin, int BH, int T,
 static inline float sigmoid(float g) { return 1.0f / (1.0f + exp_scalar(-g)); }
 
 void swiglu_forward(float* out, const float* h, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(N) * F >= kParallelMin)
   for (int n = 0; n < N; n++) {
     const float* g = h + (int64_t)n * 2 * F;
     const float* u = g + F;
