@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -41,8 +42,17 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
+// A fresh directory under /tmp, removed when the test ends.
+struct TempDir {
+  const std::string path = temp_dir();
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 std::string make_data() {
-  static std::string dir;
+  static std::string dir;  // shared by the tests, kept
   if (dir.empty()) {
     dir = temp_dir();
     SynthOptions so;
@@ -156,7 +166,8 @@ std::vector<nlohmann::json> metrics_without_timing(const std::string& run) {
 }
 
 TEST(Durability, RandomKillsLoseNothingAndResumeBitIdentically) {
-  const std::string data = make_data(), dir = temp_dir();
+  const TempDir tmp;
+  const std::string data = make_data(), dir = tmp.path;
   Config cfg = tiny_config(60);
   cfg.train.checkpoint_interval = 4;
   const std::string config = write_config(dir, cfg), log = dir + "/log.txt";
@@ -222,7 +233,8 @@ TEST(Durability, RandomKillsLoseNothingAndResumeBitIdentically) {
 }
 
 TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
-  const std::string data = make_data(), dir = temp_dir(), run = dir + "/run", log = dir + "/log.txt";
+  const TempDir tmp;
+  const std::string data = make_data(), dir = tmp.path, run = dir + "/run", log = dir + "/log.txt";
   const std::string config = write_config(dir, tiny_config(60));
   int status = wait_for(
       spawn_aah({"train", "--data", data, "--out", run, "--config", config, "--quiet", "--stop-after", "3"}, log));
@@ -252,7 +264,8 @@ TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
 }
 
 TEST(Durability, SigtermCheckpointsAndExits143) {
-  const std::string data = make_data(), dir = temp_dir(), run = dir + "/run", log = dir + "/log.txt";
+  const TempDir tmp;
+  const std::string data = make_data(), dir = tmp.path, run = dir + "/run", log = dir + "/log.txt";
   const std::string config = write_config(dir, tiny_config(100000));
   const pid_t pid = spawn_aah({"train", "--data", data, "--out", run, "--config", config, "--quiet"}, log);
   // Wait until it trains (a metrics line), so the handler is installed.
@@ -275,19 +288,23 @@ TEST(Durability, SigtermCheckpointsAndExits143) {
   EXPECT_EQ(checkpoint_verify(run), step + 2);
 }
 
-TrainOptions in_process_run(const std::string& run, int steps) {
-  TrainOptions o;
-  o.data_dir = make_data();
-  o.out_dir = run;
-  o.config = tiny_config(steps);
-  o.quiet = true;
-  return o;
+// Runs `aah train --data <tiny data> --quiet ARGS` to its end in a child process.
+struct Outcome {
+  int code;         // exit code, or 128 + signal
+  std::string out;  // stdout and stderr
+};
+Outcome train(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {"train", "--data", make_data(), "--quiet"};
+  all.insert(all.end(), args.begin(), args.end());
+  const int status = wait_for(spawn_aah(all, log));
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(log)};
 }
 
 TEST(Durability, CorruptCheckpointIsAnErrorNamingTheFile) {
-  const std::string run = temp_dir();
-  TrainOptions o = in_process_run(run, 2);
-  ASSERT_EQ(train_run(o), 0);
+  const TempDir tmp;
+  const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
+  Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(4)), "--stop-after", "2"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
   ASSERT_EQ(checkpoint_verify(run), 2);
   // Flip one bit of the weights' data, in place.
   const std::string path = checkpoint_dir(run) + "/model.safetensors";
@@ -300,47 +317,44 @@ TEST(Durability, CorruptCheckpointIsAnErrorNamingTheFile) {
   const std::string msg = error_of([&] { checkpoint_verify(run); });
   for (const char* part : {"model.safetensors", "corrupt", "expected crc32c:", "got crc32c:"})
     EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
-  o.resume = true;
-  o.config.train.steps = 4;
-  EXPECT_NE(error_of([&] { train_run(o); }).find("corrupt"), std::string::npos);
+  r = train({"--out", run, "--resume"}, log);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find(path + ": corrupt"), std::string::npos) << r.out;
 }
 
 TEST(Durability, NonFiniteWeightsAreNeverCheckpointed) {
-  const std::string run = temp_dir();
-  TrainOptions o = in_process_run(run, 10);
-  o.stop_after = 2;
-  ASSERT_EQ(train_run(o), 0);
+  const TempDir tmp;
+  const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
+  Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(10)), "--stop-after", "2"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
   const std::string model_before = read_file(run + "/model.safetensors");
   // An infinite learning rate makes the weights infinite at step 3, checkpointed at once.
-  o.stop_after = 0;
-  o.resume = true;
-  o.sets = {"train.lr=1e39", "train.checkpoint_interval=1"};
-  const std::string msg = error_of([&] { train_run(o); });
+  r = train({"--out", run, "--resume", "--set", "train.lr=1e39", "--set", "train.checkpoint_interval=1"}, log);
+  EXPECT_EQ(r.code, 1);
   const std::vector<std::string> parts = {"checkpoint of step 3 was not written", "the run keeps " + run + "/ckpt-2",
                                           "model.safetensors", "non-finite"};
   for (const std::string& part : parts)
-    EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
+    EXPECT_NE(r.out.find(part), std::string::npos) << "missing '" << part << "' in: " << r.out;
   EXPECT_EQ(checkpoint_verify(run), 2);
   EXPECT_TRUE(read_file(run + "/model.safetensors") == model_before);
   EXPECT_FALSE(has_checkpoint_leftovers(run));
 }
 
 TEST(Durability, LossSpikesAreLogged) {
-  const std::string run = temp_dir();
-  TrainOptions o = in_process_run(run, 14);
-  o.stop_after = 10;
-  ASSERT_EQ(train_run(o), 0);
+  const TempDir tmp;
+  const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
+  Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(14)), "--stop-after", "10"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
   // A learning rate far too high from step 11 on: the loss jumps well above its running mean.
-  o.stop_after = 0;
-  o.resume = true;
-  o.sets = {"train.lr=10"};
-  ASSERT_EQ(train_run(o), 0);
+  r = train({"--out", run, "--resume", "--set", "train.lr=10"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("loss spike"), std::string::npos) << r.out;
   int spikes = 0;
   for (const auto& j : metrics_without_timing(run)) {
     if (j.value("event", "") != "loss_spike") continue;
     spikes++;
     EXPECT_GT(j["step"].get<int>(), 10);
-    EXPECT_GT(j["loss"].get<double>(), 3.0 * j["mean"].get<double>());
+    EXPECT_GT(j["loss"].get<double>(), 3.0 * j["mean"].get<double>());  // the default train.spike_factor
   }
   EXPECT_GE(spikes, 1);
 }
@@ -348,10 +362,10 @@ TEST(Durability, LossSpikesAreLogged) {
 // Runs written before checkpoints were directories (the four files at the top level) still resume, and move to the
 // new layout at their next checkpoint.
 TEST(Durability, OlderRunLayoutStillResumes) {
-  const std::string run = temp_dir();
-  TrainOptions o = in_process_run(run, 4);
-  o.stop_after = 2;
-  ASSERT_EQ(train_run(o), 0);
+  const TempDir tmp;
+  const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
+  Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(4)), "--stop-after", "2"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
   const std::string ckpt = checkpoint_dir(run);
   for (const char* f : kCheckpointFiles) {
     const std::string bytes = read_file(run + "/" + f);
@@ -362,9 +376,8 @@ TEST(Durability, OlderRunLayoutStillResumes) {
   remove_tree(ckpt);
   ASSERT_EQ(checkpoint_dir(run), run);
   ASSERT_EQ(checkpoint_verify(run), 2);
-  o.stop_after = 0;
-  o.resume = true;
-  ASSERT_EQ(train_run(o), 0);
+  r = train({"--out", run, "--resume"}, log);
+  ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_link(run + "/checkpoint"), "ckpt-4");
   EXPECT_EQ(read_link(run + "/model.safetensors"), "checkpoint/model.safetensors");
   EXPECT_EQ(checkpoint_verify(run), 4);
