@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "io/checksum.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
@@ -105,7 +106,10 @@ TEST_F(IoSafetensors, RoundTripF32) {
   std::vector<std::string> names;
   for (const auto& t : r.tensors()) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"scalar", "vec", "layer.0.mat", "cube", "empty"}));
-  EXPECT_EQ(r.metadata(), (std::map<std::string, std::string>{{"format", "pt"}, {"step", "1200"}}));
+  EXPECT_EQ(r.metadata().size(), 3u);  // ours, and the data checksum
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  EXPECT_EQ(r.metadata().at("step"), "1200");
+  EXPECT_EQ(r.metadata().at("aah.checksum").substr(0, 7), "crc32c:");
   EXPECT_TRUE(r.has("cube"));
   EXPECT_FALSE(r.has("nope"));
   EXPECT_EQ(r.tensor("cube").shape, (std::vector<int64_t>{2, 3, 4}));
@@ -162,6 +166,71 @@ TEST_F(IoSafetensors, ReadsHandBuiltBf16F16F64I32) {
 
   EXPECT_ERROR_HAS(r.read_f32("i", b.data(), {}), p, "tensor 'i'", "I32");
   EXPECT_ERROR_HAS(r.read_raw("i", "I64", i.data(), {}), p, "tensor 'i'", "dtype is I32, expected I64");
+}
+
+TEST(IoChecksum, Crc32cKnownValues) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);  // the standard check value
+  EXPECT_EQ(crc32c("", 0), 0u);
+  // RFC 3720 (iSCSI) B.4: 32 bytes of zeros, of ones, ascending 0..31, descending 31..0
+  std::vector<unsigned char> zeros(32, 0), ones(32, 0xff), up(32), down(32);
+  for (int i = 0; i < 32; i++) up[i] = uint8_t(i), down[i] = uint8_t(31 - i);
+  EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(up.data(), 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(down.data(), 32), 0x113FDB5Cu);
+  // continuing over pieces of any length equals one pass
+  std::string text = "The quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps.";
+  for (size_t cut = 0; cut <= text.size(); cut++)
+    EXPECT_EQ(crc32c(text.data() + cut, text.size() - cut, crc32c(text.data(), cut)), crc32c(text.data(), text.size()));
+  EXPECT_EQ(checksum_str(0xE3069283u), "crc32c:e3069283");
+}
+
+TEST_F(IoSafetensors, CorruptDataIsDetected) {
+  std::vector<float> w(1000);
+  for (int i = 0; i < 1000; i++) w[i] = 0.001f * i;
+  SafetensorsWriter wr;
+  wr.add_f32("w", w.data(), {1000});
+  std::string p = path("w.safetensors");
+  wr.write(p);
+  std::string good = read_file(p);
+  const std::string want = SafetensorsReader(p).metadata().at("aah.checksum");
+  EXPECT_EQ(want, checksum_str(crc32c(w.data(), w.size() * 4)));
+
+  std::string bad = good;
+  bad[bad.size() - 1000] ^= 0x10;  // one bit of the data
+  write_plain(p, bad);
+  EXPECT_ERROR_HAS(SafetensorsReader r(p), "[safetensors] " + p + ": corrupt", "expected " + want, "got crc32c:");
+
+  bad = good;
+  size_t at = bad.find(want);
+  bad.replace(at, want.size(), "crc32c:xyz00000");  // same length, so the header stays valid JSON
+  write_plain(p, bad);
+  EXPECT_ERROR_HAS(SafetensorsReader r(p), p, "corrupt header", "aah.checksum");
+
+  // A file without the key (another tool's) loads unverified.
+  write_plain(p, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')));
+  SafetensorsReader r(p);
+  EXPECT_EQ(r.metadata().count("aah.checksum"), 0u);
+}
+
+TEST_F(IoSafetensors, WriterRefusesNonFiniteWhenAsked) {
+  std::vector<float> a = {1, 2, 3}, b = {0, std::numeric_limits<float>::quiet_NaN(), 1};
+  std::vector<double> c = {1, -std::numeric_limits<double>::infinity()};
+  SafetensorsWriter w;
+  w.add_f32("a", a.data(), {3});
+  w.add_f32("b", b.data(), {3});
+  std::string p = path("n.safetensors");
+  w.write(p);  // allowed by default
+  EXPECT_TRUE(file_exists(p));
+  w.require_finite();
+  std::string q = path("m.safetensors");
+  EXPECT_ERROR_HAS(w.write(q), "[safetensors] " + q, "tensor 'b'", "non-finite", "element 1", "not written");
+  EXPECT_FALSE(file_exists(q));
+  SafetensorsWriter w2;
+  w2.require_finite();
+  w2.add_raw("c", "F64", c.data(), 16, {2});
+  EXPECT_ERROR_HAS(w2.write(q), "tensor 'c'", "-inf");
+  EXPECT_FALSE(file_exists(q));
 }
 
 TEST(IoConversions, Bf16RoundsToNearestEven) {
@@ -399,6 +468,26 @@ TEST_F(IoFiles, FailedWriteKeepsPreviousFile) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_EQ(read_file(p), "previous");
   EXPECT_EQ(listing(), std::vector<std::string>{"keep.txt"});
+}
+
+TEST_F(IoFiles, SymlinksAndTrees) {
+  EXPECT_EQ(read_link(path("none")), "");
+  write_file_atomic(path("a"), "A");
+  write_file_atomic(path("b"), "B");
+  EXPECT_EQ(read_link(path("a")), "");  // a file, not a link
+  symlink_atomic("a", path("cur"));
+  EXPECT_EQ(read_file(path("cur")), "A");
+  symlink_atomic("b", path("cur"));  // replaces the link
+  EXPECT_EQ(read_link(path("cur")), "b");
+  EXPECT_EQ(read_file(path("cur")), "B");
+  symlink_atomic("b", path("a"));  // replaces a file
+  EXPECT_EQ(read_link(path("a")), "b");
+  make_dirs(path("t/u/v"));
+  write_file_atomic(path("t/u/v/f"), "x");
+  remove_tree(path("t"));
+  remove_tree(path("t"));  // absent: no error
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"a", "b", "cur"}));
+  EXPECT_ERROR_HAS(list_dir(path("nope")), "[file] " + path("nope"));
 }
 
 TEST_F(IoFiles, ReadErrorsNameTheFile) {

@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -143,6 +145,44 @@ void fsync_dir(const std::string& dir) {
   // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable as they allow.
   if (::fsync(f.fd) != 0 && errno != EINVAL)
     fail("[file] ", dir, ": fsync of directory failed: ", std::strerror(errno));
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) fail("[file] ", path, ": cannot remove: ", ec.message());
+}
+
+std::string read_link(const std::string& path) {
+  std::vector<char> buf(4096);
+  ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size());
+  if (n < 0 && (errno == ENOENT || errno == EINVAL)) return "";  // absent, or not a link
+  if (n < 0) fail("[file] ", path, ": cannot read link: ", std::strerror(errno));
+  if (size_t(n) == buf.size()) fail("[file] ", path, ": link target is too long");
+  return std::string(buf.data(), size_t(n));
+}
+
+void symlink_atomic(const std::string& target, const std::string& path) {
+  std::string tmp = str_cat(path, ".tmp.", ::getpid());
+  ::unlink(tmp.c_str());  // a leftover of a killed process with our pid
+  if (::symlink(target.c_str(), tmp.c_str()) != 0)
+    fail("[file] ", path, ": cannot create link ", tmp, " -> ", target, ": ", std::strerror(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail("[file] ", path, ": cannot rename link ", tmp, " over it: ", std::strerror(err));
+  }
+  fsync_dir(parent_dir(path));
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  if (ec) fail("[file] ", dir, ": cannot list directory: ", ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag) {

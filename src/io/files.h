@@ -24,6 +24,15 @@ bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
 void make_dirs(const std::string& path);  // mkdir -p
 void fsync_dir(const std::string& dir);
+// Removes a file, link or directory tree (no error if it is absent); errors name the path.
+void remove_tree(const std::string& path);
+// The target of symlink `path`, or "" when `path` is not a symlink.
+std::string read_link(const std::string& path);
+// Points symlink `path` at `target`, atomically: a new link under a temporary name is renamed over `path` (which may
+// be absent, a link or a file), then the directory is fsynced. Readers see the old target or the new one.
+void symlink_atomic(const std::string& target, const std::string& path);
+// Names in a directory, without "." and "..", sorted.
+std::vector<std::string> list_dir(const std::string& dir);
 // Reads exactly n bytes at `offset` of fd (retrying short reads); errors read "TAG PATH: ..." and a read past
 // the end says the file is shorter than expected.
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "io/checksum.h"
 #include "io/files.h"
 
 namespace aah {
@@ -159,11 +160,32 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
              " overlap tensor '", prev->name, "' ", offsets_str(prev->begin, prev->end));
       prev = &t;
     }
+    if (metadata_.count(kChecksumKey)) verify_checksum();
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
     throw;
   }
+}
+
+void SafetensorsReader::verify_checksum() const {
+  const std::string& want = metadata_.at(kChecksumKey);
+  const bool well_formed = want.size() == 15 && want.compare(0, 7, "crc32c:") == 0 &&
+                           want.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
+  if (!well_formed)
+    fail("[safetensors] ", path_, ": corrupt header: __metadata__ '", kChecksumKey, "' is '", want,
+         "', expected crc32c:<8 hex digits>");
+  uint32_t crc = 0;
+  std::vector<unsigned char> buf(size_t(1) << 20);
+  for (uint64_t at = data_start_; at < file_size_;) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), file_size_ - at));
+    pread_exact(fd_, buf.data(), n, at, path_, "[safetensors]");
+    crc = crc32c(buf.data(), n, crc);
+    at += n;
+  }
+  if (checksum_str(crc) != want)
+    fail("[safetensors] ", path_, ": corrupt: data checksum expected ", want, " (from the header), got ",
+         checksum_str(crc));
 }
 
 SafetensorsReader::~SafetensorsReader() {
@@ -236,6 +258,21 @@ void SafetensorsReader::read_raw(const std::string& name, const std::string& dty
 
 // ---------------------------------------------------------------------------------------------------- writing
 
+namespace {
+
+void check_finite(const std::string& path, const SafetensorsTensor& t, const void* data, size_t bytes) {
+  auto scan = [&](const auto* v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+      if (!std::isfinite(v[i]))
+        fail("[safetensors] ", path, ": tensor '", t.name, "' holds a non-finite value (", double(v[i]),
+             ") at element ", i, "; the file is not written");
+  };
+  if (t.dtype == "F32") scan(static_cast<const float*>(data), bytes / 4);
+  if (t.dtype == "F64") scan(static_cast<const double*>(data), bytes / 8);
+}
+
+}  // namespace
+
 void SafetensorsWriter::add_f32(const std::string& name, const float* data, std::vector<int64_t> shape) {
   uint64_t bytes = 0;
   for (int64_t d : shape)
@@ -269,8 +306,16 @@ void SafetensorsWriter::add_raw(const std::string& name, const std::string& dtyp
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
+  uint32_t crc = 0;
+  for (const Item& it : items_) {
+    const size_t bytes = size_t(it.info.end - it.info.begin);
+    if (require_finite_) check_finite(path, it.info, it.data, bytes);
+    crc = crc32c(it.data, bytes, crc);
+  }
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata[kChecksumKey] = checksum_str(crc);
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  header["__metadata__"] = metadata;
   for (const Item& it : items_)
     header[it.info.name] = {{"dtype", it.info.dtype},
                             {"shape", it.info.shape},

@@ -2,6 +2,10 @@
 // {"name": {"dtype": "F32"|"BF16"|"F16"|..., "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}},
 // then the data. Reading validates everything against the file (lengths, offsets, overlaps, shape products,
 // dtypes) and converts BF16/F16/F32 to fp32; every error names the file and the tensor.
+//
+// Our files carry a CRC-32C of the data section in __metadata__ (key "aah.checksum", value "crc32c:<8 hex>"); the
+// reader verifies it when present, so a corrupt file is an error ("corrupt: data checksum ..."), never wrong
+// numbers. Files without the key (written by other tools) load as before.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -20,7 +24,8 @@ struct SafetensorsTensor {
 
 class SafetensorsReader {
  public:
-  // Opens and validates the header; throws aah::Error naming the file and what is wrong.
+  // Opens and validates the header and the data checksum if there is one; throws aah::Error naming the file and
+  // what is wrong.
   explicit SafetensorsReader(const std::string& path);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
@@ -45,16 +50,21 @@ class SafetensorsReader {
   uint64_t data_start_ = 0, file_size_ = 0;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
+
+  void verify_checksum() const;
 };
 
 // Collects tensors (the data pointers must stay valid until write()) and writes one file, atomically (temp file,
-// fsync, rename, fsync of the directory). Tensors are written in the order added; names must be unique.
+// fsync, rename, fsync of the directory), with the data checksum in its metadata. Tensors are written in the order
+// added; names must be unique.
 class SafetensorsWriter {
  public:
   void add_f32(const std::string& name, const float* data, std::vector<int64_t> shape);
   void add_raw(const std::string& name, const std::string& dtype, const void* data, size_t bytes,
                std::vector<int64_t> shape);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Makes write() refuse, before writing anything, a file whose F32/F64 tensors hold a NaN or an infinity.
+  void require_finite() { require_finite_ = true; }
   void write(const std::string& path) const;
 
  private:
@@ -64,6 +74,7 @@ class SafetensorsWriter {
   };
   std::vector<Item> items_;
   std::map<std::string, std::string> metadata_;
+  bool require_finite_ = false;
 };
 
 // Conversions used by the reader (exposed for tests): IEEE binary16 and bfloat16 to fp32, and fp32 to bf16 with

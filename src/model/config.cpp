@@ -54,6 +54,8 @@ std::vector<Field> fields(Config& c) {
       {"train.checkpoint_steps", &t.checkpoint_steps, "steps to checkpoint at, e.g. [1000,5000]"},
       {"train.checkpoint_interval", &t.checkpoint_interval, "also checkpoint every N steps (0: off)"},
       {"train.nonfinite", &t.nonfinite, "on a non-finite loss or gradient: skip the step, or stop"},
+      {"train.spike_factor", &t.spike_factor,
+       "log a loss_spike event when a step's loss exceeds this times its running mean (EMA; 0: off)"},
       {"aah.regime", &a.regime, "window policy preset: full, grouping_off, full_adaptive, shallow_freeze, deep_reuse, or a diagnostic variant (aah --help-config)"},
       {"aah.attention", &a.attention, "attention execution: local (tiled, skips masked work) or dense"},
   };
@@ -300,6 +302,7 @@ void config_validate(const Config& cfg) {
   need(t.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0");
   for (int s : t.checkpoint_steps) need(s > 0, "train.checkpoint_steps", "entries must be > 0");
   need(t.nonfinite == "skip" || t.nonfinite == "stop", "train.nonfinite", "must be skip or stop");
+  need(t.spike_factor == 0 || t.spike_factor > 1, "train.spike_factor", "must be 0 (off) or > 1");
   controller_config_of(cfg);  // regime and knobs; errors name the aah.* key
   need(cfg.aah.attention == "local" || cfg.aah.attention == "dense", "aah.attention", "must be local or dense");
   const double params = double(m.vocab_size) * m.hidden_size * (m.tie_word_embeddings ? 1 : 2) +

@@ -44,6 +44,7 @@ struct TrainConfig {
   std::vector<int> checkpoint_steps = {};  // explicit steps; the last step is always checkpointed
   int checkpoint_interval = 0;             // also every N steps when > 0
   std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop"
+  double spike_factor = 3.0;  // log a loss spike when a step's loss exceeds this x its running mean (0: off)
 };
 
 struct AahConfig {

@@ -10,6 +10,7 @@ namespace aah {
 
 void weights_save(const std::string& path, Model<float>& model, const std::map<std::string, std::string>& metadata) {
   SafetensorsWriter w;
+  w.require_finite();  // weights with a NaN or an infinity are never saved
   for (const ParamTensor& t : model.tensors()) w.add_f32(t.name, model.params_data() + t.offset, t.shape);
   for (auto& [k, v] : metadata) w.set_metadata(k, v);
   w.write(path);

@@ -8,6 +8,7 @@
 
 namespace aah {
 
+// Writes the weights (atomically, with a data checksum); refuses non-finite weights, naming the tensor.
 void weights_save(const std::string& path, Model<float>& model, const std::map<std::string, std::string>& metadata);
 // Loads every tensor by name with shape checks; missing or extra tensors are errors naming the file and tensor.
 // Returns the file's metadata.

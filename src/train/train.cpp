@@ -4,8 +4,10 @@
 
 #include <csignal>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "controller/controller.h"
@@ -19,6 +21,7 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "model/window_policy.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace aah {
@@ -31,10 +34,55 @@ using json = nlohmann::json;
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
 
+// Installs the stop handlers for its lifetime (restored on every exit path, errors included).
+struct StopSignals {
+  using Handler = void (*)(int);
+  Handler old_int, old_term;
+  StopSignals() {
+    g_stop_signal = 0;
+    old_int = std::signal(SIGINT, on_stop_signal);
+    old_term = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
+};
+
+// Appends lines to metrics.jsonl, each flushed; a failed write (a full disk) is an error naming the file.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "a")) {
+    if (!f_) fail("[train] ", path_, ": cannot open for appending: ", std::strerror(errno));
+  }
+  ~MetricsLog() {
+    if (f_) std::fclose(f_);
+  }
+  void write(const nlohmann::json& line) {
+    const std::string text = line.dump() + "\n";
+    if (std::fwrite(text.data(), 1, text.size(), f_) != text.size() || std::fflush(f_) != 0)
+      fail("[train] ", path_, ": write failed: ", std::strerror(errno));
+  }
+  void close() {
+    const int rc = std::fclose(f_);
+    f_ = nullptr;
+    if (rc != 0) fail("[train] ", path_, ": close failed: ", std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+};
+
+// Running mean of the step loss for loss-spike events: an EMA with this decay (about the last 20 steps).
+constexpr double kLossEmaDecay = 0.95;
+
 struct TrainState {
   int step = 0;  // optimizer steps completed
   Rng rng;       // data sampling
   int64_t tokens_seen = 0;
+  double loss_ema = 0;     // running mean of the step loss (finite steps only)
+  int64_t loss_steps = 0;  // steps in loss_ema
 };
 
 bool is_checkpoint_step(const TrainConfig& t, int step) {
@@ -45,28 +93,47 @@ bool is_checkpoint_step(const TrainConfig& t, int step) {
   return false;
 }
 
-void save_checkpoint(const std::string& dir, const Config& cfg, Model<float>& model, const AdamW& opt,
+// Writes the checkpoint of st.step as one unit (see checkpoint.h). Non-finite weights or AdamW moments are refused
+// (the error names the tensor); on any error the run keeps its previous checkpoint.
+void save_checkpoint(const std::string& run, const Config& cfg, Model<float>& model, const AdamW& opt,
                      const TrainState& st, const WindowPolicyRunner& policy) {
   const std::string step = std::to_string(st.step);
-  write_file_atomic(dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
-  weights_save(dir + "/model.safetensors", model, {{"format", "pt"}, {"step", step}});
-  SafetensorsWriter w;
-  const int64_t n = int64_t(opt.m.size());
-  w.add_f32("adamw.m", opt.m.data(), {n});
-  w.add_f32("adamw.v", opt.v.data(), {n});
-  int64_t scalars[3] = {st.step, opt.t, st.tokens_seen};
-  w.add_raw("counters", "I64", scalars, sizeof scalars, {3});  // step, adam t, tokens seen
-  w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
-  w.set_metadata("step", step);
-  w.write(dir + "/training_state.safetensors");
-  // The window policy's state, so a resumed run decides exactly as an uninterrupted one.
-  SafetensorsWriter cw;
-  policy.save(cw);
-  cw.set_metadata("step", step);
-  cw.set_metadata("regime", cfg.aah.regime);
-  cw.write(dir + "/controller_state.safetensors");
+  auto write_files = [&](const std::string& dir) {
+    write_file_atomic(dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
+    checkpoint_test_delay();
+    weights_save(dir + "/model.safetensors", model, {{"format", "pt"}, {"step", step}});
+    checkpoint_test_delay();
+    SafetensorsWriter w;
+    w.require_finite();
+    const int64_t n = int64_t(opt.m.size());
+    w.add_f32("adamw.m", opt.m.data(), {n});
+    w.add_f32("adamw.v", opt.v.data(), {n});
+    int64_t scalars[3] = {st.step, opt.t, st.tokens_seen};
+    w.add_raw("counters", "I64", scalars, sizeof scalars, {3});  // step, adam t, tokens seen
+    w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
+    double loss_ema[2] = {st.loss_ema, double(st.loss_steps)};
+    w.add_raw("loss_ema", "F64", loss_ema, sizeof loss_ema, {2});  // running mean, steps in it
+    w.set_metadata("step", step);
+    w.write(dir + "/training_state.safetensors");
+    checkpoint_test_delay();
+    // The window policy's state, so a resumed run decides exactly as an uninterrupted one.
+    SafetensorsWriter cw;
+    policy.save(cw);
+    cw.set_metadata("step", step);
+    cw.set_metadata("regime", cfg.aah.regime);
+    cw.write(dir + "/controller_state.safetensors");
+    checkpoint_test_delay();
+  };
+  try {
+    checkpoint_commit(run, st.step, write_files);
+  } catch (const Error& e) {
+    const std::string kept = checkpoint_dir(run);
+    fail("[checkpoint] ", run, ": the checkpoint of step ", st.step, " was not written (",
+         kept.empty() ? std::string("there is no earlier one") : "the run keeps " + kept, "): ", e.what());
+  }
 }
 
+// Loads the checkpoint in `dir` (RUN/ckpt-N; checksums verified by the readers) and checks its files agree.
 void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, TrainState& st,
                      WindowPolicyRunner& policy) {
   auto meta = weights_load(dir + "/model.safetensors", model);
@@ -81,6 +148,12 @@ void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, Tr
   st.step = int(scalars[0]);
   opt.t = scalars[1];
   st.tokens_seen = scalars[2];
+  if (r.has("loss_ema")) {  // absent in checkpoints written before loss-spike events: the mean starts afresh
+    double loss_ema[2];
+    r.read_raw("loss_ema", "F64", loss_ema, {2});
+    st.loss_ema = loss_ema[0];
+    st.loss_steps = int64_t(loss_ema[1]);
+  }
   if (meta.count("step") && meta["step"] != std::to_string(st.step))
     fail("[checkpoint] ", dir, ": model.safetensors is from step ", meta["step"], " but training_state from step ",
          st.step);
@@ -105,6 +178,7 @@ void truncate_metrics(const std::string& path, int step) {
 }
 
 bool run_dir_has_results(const std::string& dir) {
+  if (!read_link(dir + "/checkpoint").empty()) return true;
   for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "controller_state.safetensors",
                         "metrics.jsonl"})
     if (file_exists(dir + "/" + f)) return true;
@@ -113,14 +187,38 @@ bool run_dir_has_results(const std::string& dir) {
 
 }  // namespace
 
+int checkpoint_verify(const std::string& run) {
+  const std::string dir = checkpoint_dir(run);
+  if (dir.empty()) return -1;
+  const Config cfg = run_config_load(dir);
+  Model<float> model(cfg.model, 1, cfg.train.context);
+  model.dense_attention = cfg.aah.attention == "dense";
+  AdamW opt;
+  opt.init(model);
+  WindowPolicyRunner policy(cfg, model);
+  TrainState st;
+  load_checkpoint(dir, model, opt, st, policy);
+  return st.step;
+}
+
 int train_run(const TrainOptions& o) {
   Config cfg = o.config;
-  if (o.resume) {
-    cfg = run_config_load(o.out_dir);
-    if (!file_exists(o.out_dir + "/training_state.safetensors"))
-      fail("[train] --resume ", o.out_dir, ": no checkpoint yet (training_state.safetensors missing)");
-  } else if (run_dir_has_results(o.out_dir) && !o.force) {
+  if (o.resume && !dir_exists(o.out_dir)) fail("[train] --resume ", o.out_dir, ": no such run directory");
+  if (!o.resume && run_dir_has_results(o.out_dir) && !o.force)
     fail("[train] ", o.out_dir, " already holds a run: use --resume to continue it or --force to overwrite it");
+  make_dirs(o.out_dir);
+  RunLock lock(o.out_dir);
+  const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
+  if (!leftovers.empty() && !o.quiet) {
+    std::string names;
+    for (const std::string& n : leftovers) names += " " + n;
+    std::fprintf(stderr, "[train] %s: removed what an interrupted run left:%s\n", o.out_dir.c_str(), names.c_str());
+  }
+  if (o.resume) {
+    const std::string dir = checkpoint_dir(o.out_dir);
+    if (dir.empty())
+      fail("[train] --resume ", o.out_dir, ": no checkpoint yet (", o.out_dir, "/checkpoint is missing)");
+    cfg = run_config_load(dir);
   }
   for (const auto& s : o.sets) config_set(cfg, s);
   config_validate(cfg);
@@ -146,7 +244,6 @@ int train_run(const TrainOptions& o) {
     fail("[train] this configuration needs about ", int64_t(need / 1048576), " MiB but ", int64_t(have / 1048576),
          " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
          "hidden_size or num_hidden_layers");
-  make_dirs(o.out_dir);
   Model<float> model(mc, B, T);
   model.dense_attention = cfg.aah.attention == "dense";
   AdamW opt;
@@ -158,7 +255,7 @@ int train_run(const TrainOptions& o) {
   TrainState st;
   st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
   if (o.resume) {
-    load_checkpoint(o.out_dir, model, opt, st, policy);
+    load_checkpoint(checkpoint_dir(o.out_dir), model, opt, st, policy);
     if (st.step >= tc.steps) {
       std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
       return 0;
@@ -167,6 +264,7 @@ int train_run(const TrainOptions& o) {
     std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
   } else {
     model.init_weights(uint64_t(tc.seed));
+    checkpoint_remove(o.out_dir);  // --force: the previous run's checkpoint goes first
     write_file_atomic(o.out_dir + "/metrics.jsonl", "");
     write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
     // The run directory is self-contained (HF layout): the data's tokenizer goes with the model.
@@ -181,8 +279,7 @@ int train_run(const TrainOptions& o) {
       double(full_window_attention_macs(mc, T, model.dense_attention, /*backward=*/true)) * B * mc.num_hidden_layers *
       tc.grad_accum;
   uint64_t macs_at_log = model.counters.macs;
-  std::FILE* metrics = std::fopen((o.out_dir + "/metrics.jsonl").c_str(), "a");
-  if (!metrics) fail("[train] cannot open ", o.out_dir, "/metrics.jsonl for appending");
+  MetricsLog metrics(o.out_dir + "/metrics.jsonl");
   std::vector<int32_t> inp(size_t(B) * T), tgt(size_t(B) * T);
   const int64_t max_start = int64_t(train.tokens.size()) - T - 1;
   const float grad_scale = 1.0f / float(B * T * tc.grad_accum);
@@ -194,8 +291,7 @@ int train_run(const TrainOptions& o) {
   int loss_count = 0;
   int exit_code = 0;
 
-  g_stop_signal = 0;
-  auto old_int = std::signal(SIGINT, on_stop_signal), old_term = std::signal(SIGTERM, on_stop_signal);
+  StopSignals stop_signals;
   while (st.step < tc.steps) {
     model.zero_grads();
     double loss = 0;
@@ -219,11 +315,10 @@ int train_run(const TrainOptions& o) {
       std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
                    std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
                    tc.nonfinite == "stop" ? "stopping" : "step skipped");
-      std::fprintf(metrics, "%s\n",
-                   json({{"step", st.step + 1}, {"event", "nonfinite"}, {"loss", std::isfinite(loss) ? loss : -1.0},
-                         {"skipped", tc.nonfinite != "stop"}})
-                       .dump()
-                       .c_str());
+      metrics.write({{"step", st.step + 1},
+                     {"event", "nonfinite"},
+                     {"loss", std::isfinite(loss) ? loss : -1.0},
+                     {"skipped", tc.nonfinite != "stop"}});
       if (tc.nonfinite == "stop") {
         exit_code = 3;
         break;
@@ -234,6 +329,14 @@ int train_run(const TrainOptions& o) {
       opt.update(model.params_data(), model.grads_data(), model.num_params(), lr, tc, scale);
       loss_acc += loss;
       loss_count++;
+      // A loss far above its running mean is logged (the step is kept): an early sign of divergence.
+      if (tc.spike_factor > 0 && st.loss_steps > 0 && loss > tc.spike_factor * st.loss_ema) {
+        std::fprintf(stderr, "[train] step %d: loss spike: %.4f is %.1fx the running mean %.4f\n", st.step + 1, loss,
+                     loss / st.loss_ema, st.loss_ema);
+        metrics.write({{"step", st.step + 1}, {"event", "loss_spike"}, {"loss", loss}, {"mean", st.loss_ema}});
+      }
+      st.loss_ema = st.loss_steps == 0 ? loss : kLossEmaDecay * st.loss_ema + (1 - kLossEmaDecay) * loss;
+      st.loss_steps++;
     }
     st.step++;
     steps_since_log++;
@@ -266,8 +369,7 @@ int train_run(const TrainOptions& o) {
         line["val_loss"] = ev.loss;
         line["val_ppl"] = ev.ppl;
       }
-      std::fprintf(metrics, "%s\n", line.dump().c_str());
-      std::fflush(metrics);
+      metrics.write(line);
       if (!o.quiet) {
         std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s", int(std::to_string(tc.steps).size()),
                      st.step, tc.steps, loss_count ? loss_acc / loss_count : NAN, lr, grad_norm, tok_s,
@@ -292,9 +394,7 @@ int train_run(const TrainOptions& o) {
       break;
     }
   }
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
-  std::fclose(metrics);
+  metrics.close();
   if (!o.quiet && exit_code == 0)
     std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
                  format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());

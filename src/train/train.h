@@ -1,11 +1,18 @@
 // `aah train`: the training loop, checkpoints and resume.
 //
-// A run directory (Hugging Face layout):
+// A run directory (Hugging Face layout at the top level):
 //   config.json                 Qwen3 fields + "train" + "aah" blocks (what was run)
 //   model.safetensors           weights at the last checkpoint, HF tensor names
-//   training_state.safetensors  AdamW moments, step, RNG, tokens seen (to resume bit-identically)
+//   training_state.safetensors  AdamW moments, step, RNG, tokens seen, loss EMA (to resume bit-identically)
 //   controller_state.safetensors  the AAH controller per layer (scorers, EMAs, topology, windows) + diagnostics
-//   metrics.jsonl               one JSON object per log interval
+//   tokenizer.json              the data's tokenizer, when it has one
+//   metrics.jsonl               one JSON object per log interval, and events (nonfinite, loss_spike)
+//
+// The four checkpoint files are links into RUN/checkpoint -> ckpt-<step>/, which is switched with one rename(2):
+// a run always has its old complete checkpoint or its new one, never a mix, whenever it is killed (checkpoint.h).
+// Every safetensors file carries a CRC-32C of its data, verified on load; non-finite weights or moments are never
+// written; a failed write (full disk) stops training with an error naming the file, the previous checkpoint intact.
+// SIGINT / SIGTERM checkpoint and stop (exit code 128 + signal); a resumed run continues bit-identically.
 #pragma once
 #include <string>
 #include <vector>
@@ -28,5 +35,10 @@ struct TrainOptions {
 
 // Returns the process exit code (0 ok).
 int train_run(const TrainOptions& opt);
+
+// Loads and verifies RUN's checkpoint as --resume does (config, weights, optimizer and controller state, data
+// checksums, all from the same step) and returns its step; -1 when the run has no checkpoint yet. Errors name the
+// file and the problem.
+int checkpoint_verify(const std::string& run);
 
 }  // namespace aah
