@@ -7,6 +7,24 @@
 
 #include "core/check.h"
 
+// AAH_ASAN is 1 in a build with AddressSanitizer (the asan preset, scripts/sanitize.sh). The few tests that are
+// too slow there (large T or exhaustive sweeps; the same code runs in them at smaller sizes) skip themselves with
+// AAH_SKIP_UNDER_ASAN("why").
+#if defined(__SANITIZE_ADDRESS__)
+#define AAH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AAH_ASAN 1
+#endif
+#endif
+#ifndef AAH_ASAN
+#define AAH_ASAN 0
+#endif
+#define AAH_SKIP_UNDER_ASAN(why)                            \
+  do {                                                      \
+    if (AAH_ASAN) GTEST_SKIP() << "too slow under ASan: " << why; \
+  } while (0)
+
 namespace aah::test {
 
 // The error message of f(), or "" (and a test failure) if it does not throw aah::Error.
