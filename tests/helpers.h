@@ -7,9 +7,9 @@
 
 #include "core/check.h"
 
-// AAH_ASAN is 1 in a build with AddressSanitizer (the asan preset, scripts/sanitize.sh). The few tests that are
-// too slow there (large T or exhaustive sweeps; the same code runs in them at smaller sizes) skip themselves with
-// AAH_SKIP_UNDER_ASAN("why").
+// AAH_ASAN is 1 in a build with AddressSanitizer (the asan preset, scripts/sanitize.sh): timing assertions do not
+// hold there; a test too slow there can skip itself with AAH_SKIP_UNDER_ASAN("why") (none needs to yet: the whole
+// suite runs in about 4.5 minutes under ASan + UBSan on 2 cores).
 #if defined(__SANITIZE_ADDRESS__)
 #define AAH_ASAN 1
 #elif defined(__has_feature)

@@ -70,7 +70,8 @@ TEST(FuzzRegression, ConfigIntegersOutOfRange) {
       {R"({"aah": {"control_interval": 4294967301}})", "'aah.control_interval'"},
       {R"({"aah": {"windows": [8, 16, 4294967328]}})", "'aah.windows'"},
   };
-  for (const auto& [text, key] : cases) {
+  for (const auto& tc : cases) {
+    const std::string &text = tc.first, &key = tc.second;
     Config c;
     EXPECT_EQ(has(error_of([&] { config_apply_json(c, parse_json(text, "c.json"), "c.json"); }), {"c.json", key}), "")
         << text;
