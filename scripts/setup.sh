@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev   # BLAS for matrix products (OpenMP threading, shares the pool with our kernels)
-  libomp-dev               # not required by g++, kept for clang builds
+  libomp-dev               # OpenMP for clang builds (fuzz preset)
   nlohmann-json3-dev       # JSON configs, metrics, safetensors headers
   libcli11-dev             # command line
   libpcre2-dev             # tokenizer regexes
@@ -12,6 +12,7 @@ packages=(
   libpython3.11-stdlib     # `aah data code` corpus: the Python standard library sources
   libgtest-dev libgmock-dev libbenchmark-dev
   librsvg2-bin libxml2-utils   # tests: the report's SVG figures render (rsvg-convert), HTML/SVG are well-formed
+  clang libclang-rt-14-dev  # scripts/fuzz.sh (fuzz preset): clang++ with its libFuzzer, ASan and UBSan runtimes
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -143,7 +143,7 @@ TEST(ControllerFeatures, FastEnoughForTrainingShapes) {
     controller_head_features(out.data(), q.data(), k.data(), v.data(), B, H, H, T, D, nullptr, nullptr, nullptr);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("seconds_4_layers", std::to_string(s));
-  EXPECT_LT(s, 0.15);  // 2% of 1.5 s x 5 steps
+  if (!AAH_ASAN) EXPECT_LT(s, 0.15);  // 2% of 1.5 s x 5 steps (a sanitized build is far slower: values only)
   // uniform(-0.5, 0.5): mean |x| = 0.25, std = 1/sqrt(12) = 0.2887
   EXPECT_NEAR(out[0], 0.25, 2e-3);
   EXPECT_NEAR(out[1], 1 / std::sqrt(12.0), 2e-3);

@@ -100,17 +100,40 @@ std::string read_file(const std::string& path, size_t max_bytes) {
   return out;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::string text = read_file(path);
+nlohmann::json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+
+nlohmann::json parse_json(const std::string& text, const std::string& name, const char* tag, const char* context) {
+  const std::string where = str_cat(tag, " ", name, ": ", context, *context ? " " : "");
+  // Nesting depth first, counting brackets outside strings: cheap, and it keeps hostile input from recursing.
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); i++) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') i++;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) fail(where, "nested deeper than ", kMaxJsonDepth, " levels at byte ", i + 1);
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: <detail>"; keep the detail.
+  auto detail = [](const std::string& what) {
+    size_t at = what.find("] ");
+    return at == std::string::npos ? what : what.substr(at + 2);
+  };
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: <detail>"; keep the detail.
     // e.byte counts from 1 (the offending character).
-    std::string what = e.what();
-    size_t at = what.find(": ");
-    std::string detail = at == std::string::npos ? what : what.substr(at + 2);
-    fail("[json] ", path, ": parse error at byte ", e.byte, ": ", detail);
+    std::string d = detail(e.what());
+    size_t at = d.find(": ");
+    fail(where, "parse error at byte ", e.byte, ": ", at == std::string::npos ? d : d.substr(at + 2));
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range 406: a number like 1e400 overflows a double
+    fail(where, detail(e.what()));
   }
 }
 
@@ -183,6 +206,46 @@ std::vector<std::string> list_dir(const std::string& dir) {
   if (ec) fail("[file] ", dir, ": cannot list directory: ", ec.message());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+ByteSource ByteSource::file(const std::string& path, const char* tag) {
+  ByteSource s;
+  s.name_ = path;
+  s.tag_ = tag;
+  s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s.fd_ < 0) fail(tag, " ", path, ": cannot open: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(s.fd_, &st) != 0) fail(tag, " ", path, ": cannot stat: ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(tag, " ", path, ": not a regular file");
+  s.size_ = uint64_t(st.st_size);
+  return s;
+}
+
+ByteSource ByteSource::memory(std::string bytes, const std::string& name, const char* tag) {
+  ByteSource s;
+  s.name_ = name;
+  s.tag_ = tag;
+  s.bytes_ = std::move(bytes);
+  s.size_ = s.bytes_.size();
+  return s;
+}
+
+ByteSource::ByteSource(ByteSource&& o) noexcept
+    : name_(std::move(o.name_)), tag_(o.tag_), fd_(o.fd_), bytes_(std::move(o.bytes_)), size_(o.size_) {
+  o.fd_ = -1;
+}
+
+ByteSource::~ByteSource() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ByteSource::read(void* dst, size_t n, uint64_t offset) const {
+  if (offset > size_ || n > size_ - offset)
+    fail(tag_, " ", name_, ": reading ", n, " bytes at byte ", offset, " goes past the end (", size_, " bytes)");
+  if (fd_ >= 0)
+    pread_exact(fd_, dst, n, offset, name_, tag_);
+  else if (n > 0)
+    std::memcpy(dst, bytes_.data() + offset, n);
 }
 
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag) {

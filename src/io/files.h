@@ -20,6 +20,11 @@ void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan
 std::string read_file(const std::string& path, size_t max_bytes = size_t(1) << 30);
 // Parses a JSON file; errors say "[json] FILE: <what and where>".
 nlohmann::json read_json_file(const std::string& path);
+// Same for text already in memory; `name` stands for the file in errors, which read "TAG NAME: CONTEXT what".
+// Nesting deeper than kMaxJsonDepth is an error (it would overflow the stack of recursive code: dump(), copies).
+constexpr int kMaxJsonDepth = 512;
+nlohmann::json parse_json(const std::string& text, const std::string& name, const char* tag = "[json]",
+                          const char* context = "");
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
 void make_dirs(const std::string& path);  // mkdir -p
@@ -36,5 +41,32 @@ std::vector<std::string> list_dir(const std::string& dir);
 // Reads exactly n bytes at `offset` of fd (retrying short reads); errors read "TAG PATH: ..." and a read past
 // the end says the file is shorter than expected.
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag);
+
+// The bytes of a file or of a buffer in memory, read by offset. Binary readers (safetensors, token shards) read
+// through one, so the same validating code serves files and in-memory bytes (fuzzing, tests).
+class ByteSource {
+ public:
+  // Opens a regular file; errors read "TAG PATH: cannot open: ...".
+  static ByteSource file(const std::string& path, const char* tag);
+  // Bytes in memory; `name` stands for the file in errors.
+  static ByteSource memory(std::string bytes, const std::string& name, const char* tag);
+  ByteSource(ByteSource&& o) noexcept;
+  ByteSource& operator=(ByteSource&&) = delete;
+  ByteSource(const ByteSource&) = delete;
+  ~ByteSource();
+
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return size_; }
+  // Exactly n bytes at `offset`; a read past the end is an error naming the source.
+  void read(void* dst, size_t n, uint64_t offset) const;
+
+ private:
+  ByteSource() = default;
+  std::string name_;
+  const char* tag_ = "";
+  int fd_ = -1;
+  std::string bytes_;
+  uint64_t size_ = 0;
+};
 
 }  // namespace aah

@@ -66,106 +66,94 @@ int64_t SafetensorsTensor::numel() const {
 
 // ---------------------------------------------------------------------------------------------------- reading
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("[safetensors] ", path, ": cannot open: ", std::strerror(errno));
-  // The destructor does not run when a constructor throws, so close here.
-  try {
-    auto bad = [&](const auto&... what) { fail("[safetensors] ", path, ": ", what...); };
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : SafetensorsReader(ByteSource::file(path, "[safetensors]")) {}
 
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) bad("cannot stat: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) bad("not a regular file");
-    file_size_ = uint64_t(st.st_size);
-    if (file_size_ < 8) bad("file is ", file_size_, " bytes, too short for the 8-byte header length");
+SafetensorsReader::SafetensorsReader(ByteSource src) : src_(std::move(src)) {
+  const std::string& path = src_.name();
+  auto bad = [&](const auto&... what) { fail("[safetensors] ", path, ": ", what...); };
 
-    unsigned char len_bytes[8];
-    pread_exact(fd_, len_bytes, 8, 0, path, "[safetensors]");
-    uint64_t header_len = load_u64_le(len_bytes);
-    if (header_len > kMaxHeaderBytes) bad("header length ", header_len, " is more than the 100 MiB limit");
-    if (header_len > file_size_ - 8)
-      bad("header length ", header_len, " goes beyond the end of the file (", file_size_,
-          " bytes; truncated?)");
-    data_start_ = 8 + header_len;
-    const uint64_t data_size = file_size_ - data_start_;
+  const uint64_t file_size = src_.size();
+  if (file_size < 8) bad("file is ", file_size, " bytes, too short for the 8-byte header length");
 
-    std::string text(header_len, '\0');
-    pread_exact(fd_, text.data(), text.size(), 8, path, "[safetensors]");
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      bad("header is not valid JSON (error at byte ", e.byte, " of the header)");
-    }
-    if (!header.is_object()) bad("header is not a JSON object");
+  unsigned char len_bytes[8];
+  src_.read(len_bytes, 8, 0);
+  uint64_t header_len = load_u64_le(len_bytes);
+  if (header_len > kMaxHeaderBytes) bad("header length ", header_len, " is more than the 100 MiB limit");
+  if (header_len > file_size - 8)
+    bad("header length ", header_len, " goes beyond the end of the file (", file_size, " bytes; truncated?)");
+  data_start_ = 8 + header_len;
+  const uint64_t data_size = file_size - data_start_;
 
-    for (const auto& [key, val] : header.items()) {
-      if (key == "__metadata__") {
-        if (!val.is_object()) bad("__metadata__ is not a JSON object");
-        for (const auto& [k, v] : val.items()) {
-          if (!v.is_string()) bad("__metadata__ entry '", k, "' is not a string");
-          metadata_[k] = v.get<std::string>();
-        }
-        continue;
+  std::string text(header_len, '\0');
+  src_.read(text.data(), text.size(), 8);
+  const nlohmann::json header = parse_json(text, path, "[safetensors]", "header is not valid JSON:");
+  if (!header.is_object()) bad("header is not a JSON object");
+
+  for (const auto& item : header.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang 14 cannot capture one
+    const nlohmann::json& val = item.value();
+    if (key == "__metadata__") {
+      if (!val.is_object()) bad("__metadata__ is not a JSON object");
+      for (const auto& [k, v] : val.items()) {
+        if (!v.is_string()) bad("__metadata__ entry '", k, "' is not a string");
+        metadata_[k] = v.get<std::string>();
       }
-      auto bad_tensor = [&](const auto&... what) { fail("[safetensors] ", path, ": tensor '", key, "': ", what...); };
-      if (!val.is_object()) bad_tensor("entry is not a JSON object");
-
-      SafetensorsTensor t;
-      t.name = key;
-      auto dtype = val.find("dtype");
-      if (dtype == val.end() || !dtype->is_string()) bad_tensor("missing or non-string \"dtype\"");
-      t.dtype = dtype->get<std::string>();
-      size_t elem = dtype_size(t.dtype);
-      if (elem == 0) bad_tensor("unknown dtype '", t.dtype, "'");
-
-      auto shape = val.find("shape");
-      if (shape == val.end() || !shape->is_array()) bad_tensor("missing or non-array \"shape\"");
-      for (const auto& d : *shape) {
-        // nlohmann stores non-negative integers as unsigned, negative ones as signed.
-        if (d.is_number_integer() && !d.is_number_unsigned()) bad_tensor("shape has negative dimension ", d.dump());
-        if (!d.is_number_unsigned()) bad_tensor("shape has a dimension that is not an integer: ", d.dump());
-        uint64_t v = d.get<uint64_t>();
-        if (v > uint64_t(INT64_MAX)) bad_tensor("shape dimension ", v, " is too large");
-        t.shape.push_back(int64_t(v));
-      }
-      uint64_t nbytes = 0;
-      if (!shape_bytes(t.shape, elem, &nbytes)) bad_tensor("shape ", shape_str(t.shape), " is too large (byte count overflows)");
-
-      auto offsets = val.find("data_offsets");
-      if (offsets == val.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-          !(*offsets)[1].is_number_unsigned())
-        bad_tensor("\"data_offsets\" must be [begin, end], two non-negative integers");
-      t.begin = (*offsets)[0].get<uint64_t>();
-      t.end = (*offsets)[1].get<uint64_t>();
-      std::string offs = offsets_str(t.begin, t.end);
-      if (t.begin > t.end) bad_tensor("data_offsets ", offs, " begin after they end");
-      if (t.end > data_size)
-        bad_tensor("data_offsets ", offs, " go beyond the data section (", data_size, " bytes; truncated?)");
-      if (t.end - t.begin != nbytes)
-        bad_tensor("shape ", shape_str(t.shape), " of dtype ", t.dtype, " needs ", nbytes, " bytes, data_offsets ", offs,
-                   " hold ", t.end - t.begin);
-      tensors_.push_back(std::move(t));
+      continue;
     }
+    auto bad_tensor = [&](const auto&... what) { fail("[safetensors] ", path, ": tensor '", key, "': ", what...); };
+    if (!val.is_object()) bad_tensor("entry is not a JSON object");
 
-    // In file order, no tensor may start before the previous (non-empty) one ends.
-    std::sort(tensors_.begin(), tensors_.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    const SafetensorsTensor* prev = nullptr;
-    for (const SafetensorsTensor& t : tensors_) {
-      if (t.begin == t.end) continue;
-      if (prev && t.begin < prev->end)
-        fail("[safetensors] ", path, ": tensor '", t.name, "': data_offsets ", offsets_str(t.begin, t.end),
-             " overlap tensor '", prev->name, "' ", offsets_str(prev->begin, prev->end));
-      prev = &t;
+    SafetensorsTensor t;
+    t.name = key;
+    auto dtype = val.find("dtype");
+    if (dtype == val.end() || !dtype->is_string()) bad_tensor("missing or non-string \"dtype\"");
+    t.dtype = dtype->get<std::string>();
+    size_t elem = dtype_size(t.dtype);
+    if (elem == 0) bad_tensor("unknown dtype '", t.dtype, "'");
+
+    auto shape = val.find("shape");
+    if (shape == val.end() || !shape->is_array()) bad_tensor("missing or non-array \"shape\"");
+    for (const auto& d : *shape) {
+      // nlohmann stores non-negative integers as unsigned, negative ones as signed.
+      if (d.is_number_integer() && !d.is_number_unsigned()) bad_tensor("shape has negative dimension ", d.dump());
+      if (!d.is_number_unsigned()) bad_tensor("shape has a dimension that is not an integer: ", d.dump());
+      uint64_t v = d.get<uint64_t>();
+      if (v > uint64_t(INT64_MAX)) bad_tensor("shape dimension ", v, " is too large");
+      t.shape.push_back(int64_t(v));
     }
-    if (metadata_.count(kChecksumKey)) verify_checksum();
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+    uint64_t nbytes = 0;
+    if (!shape_bytes(t.shape, elem, &nbytes)) bad_tensor("shape ", shape_str(t.shape), " is too large (byte count overflows)");
+
+    auto offsets = val.find("data_offsets");
+    if (offsets == val.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned())
+      bad_tensor("\"data_offsets\" must be [begin, end], two non-negative integers");
+    t.begin = (*offsets)[0].get<uint64_t>();
+    t.end = (*offsets)[1].get<uint64_t>();
+    std::string offs = offsets_str(t.begin, t.end);
+    if (t.begin > t.end) bad_tensor("data_offsets ", offs, " begin after they end");
+    if (t.end > data_size)
+      bad_tensor("data_offsets ", offs, " go beyond the data section (", data_size, " bytes; truncated?)");
+    if (t.end - t.begin != nbytes)
+      bad_tensor("shape ", shape_str(t.shape), " of dtype ", t.dtype, " needs ", nbytes, " bytes, data_offsets ", offs,
+                 " hold ", t.end - t.begin);
+    tensors_.push_back(std::move(t));
   }
+
+  // In file order, no tensor may start before the previous (non-empty) one ends.
+  std::sort(tensors_.begin(), tensors_.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const SafetensorsTensor* prev = nullptr;
+  for (const SafetensorsTensor& t : tensors_) {
+    if (t.begin == t.end) continue;
+    if (prev && t.begin < prev->end)
+      fail("[safetensors] ", path, ": tensor '", t.name, "': data_offsets ", offsets_str(t.begin, t.end),
+           " overlap tensor '", prev->name, "' ", offsets_str(prev->begin, prev->end));
+    prev = &t;
+  }
+  if (metadata_.count(kChecksumKey)) verify_checksum();
 }
 
 void SafetensorsReader::verify_checksum() const {
@@ -173,23 +161,19 @@ void SafetensorsReader::verify_checksum() const {
   const bool well_formed = want.size() == 15 && want.compare(0, 7, "crc32c:") == 0 &&
                            want.find_first_not_of("0123456789abcdef", 7) == std::string::npos;
   if (!well_formed)
-    fail("[safetensors] ", path_, ": corrupt header: __metadata__ '", kChecksumKey, "' is '", want,
+    fail("[safetensors] ", path(), ": corrupt header: __metadata__ '", kChecksumKey, "' is '", want,
          "', expected crc32c:<8 hex digits>");
   uint32_t crc = 0;
   std::vector<unsigned char> buf(size_t(1) << 20);
-  for (uint64_t at = data_start_; at < file_size_;) {
-    const size_t n = size_t(std::min<uint64_t>(buf.size(), file_size_ - at));
-    pread_exact(fd_, buf.data(), n, at, path_, "[safetensors]");
+  for (uint64_t at = data_start_; at < src_.size();) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), src_.size() - at));
+    src_.read(buf.data(), n, at);
     crc = crc32c(buf.data(), n, crc);
     at += n;
   }
   if (checksum_str(crc) != want)
-    fail("[safetensors] ", path_, ": corrupt: data checksum expected ", want, " (from the header), got ",
+    fail("[safetensors] ", path(), ": corrupt: data checksum expected ", want, " (from the header), got ",
          checksum_str(crc));
-}
-
-SafetensorsReader::~SafetensorsReader() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 bool SafetensorsReader::has(const std::string& name) const {
@@ -201,7 +185,7 @@ bool SafetensorsReader::has(const std::string& name) const {
 const SafetensorsTensor& SafetensorsReader::tensor(const std::string& name) const {
   for (const SafetensorsTensor& t : tensors_)
     if (t.name == name) return t;
-  fail("[safetensors] ", path_, ": tensor '", name, "': not in the file (", tensors_.size(), " tensors)");
+  fail("[safetensors] ", path(), ": tensor '", name, "': not in the file (", tensors_.size(), " tensors)");
 }
 
 namespace {
@@ -216,15 +200,15 @@ void check_shape(const std::string& path, const SafetensorsTensor& t, const std:
 
 void SafetensorsReader::read_f32(const std::string& name, float* dst, const std::vector<int64_t>& expected_shape) const {
   const SafetensorsTensor& t = tensor(name);
-  check_shape(path_, t, expected_shape);
+  check_shape(path(), t, expected_shape);
   const uint64_t offset = data_start_ + t.begin;
   const size_t n = size_t(t.numel());
   if (t.dtype == "F32") {
-    pread_exact(fd_, dst, n * 4, offset, path_, "[safetensors]");
+    src_.read(dst, n * 4, offset);
     return;
   }
   if (t.dtype != "BF16" && t.dtype != "F16" && t.dtype != "F64")
-    fail("[safetensors] ", path_, ": tensor '", name, "': dtype ", t.dtype, " cannot be read as fp32");
+    fail("[safetensors] ", path(), ": tensor '", name, "': dtype ", t.dtype, " cannot be read as fp32");
 
   // Convert in chunks so a large tensor needs no second full-size buffer.
   const size_t elem = dtype_size(t.dtype);
@@ -232,7 +216,7 @@ void SafetensorsReader::read_f32(const std::string& name, float* dst, const std:
   std::vector<unsigned char> buf(std::min(n, chunk) * elem);
   for (size_t i = 0; i < n; i += chunk) {
     size_t m = std::min(chunk, n - i);
-    pread_exact(fd_, buf.data(), m * elem, offset + i * elem, path_, "[safetensors]");
+    src_.read(buf.data(), m * elem, offset + i * elem);
     for (size_t k = 0; k < m; k++) {
       const unsigned char* p = buf.data() + k * elem;
       if (t.dtype == "F64") {
@@ -251,9 +235,9 @@ void SafetensorsReader::read_f32(const std::string& name, float* dst, const std:
 void SafetensorsReader::read_raw(const std::string& name, const std::string& dtype, void* dst,
                                  const std::vector<int64_t>& expected_shape) const {
   const SafetensorsTensor& t = tensor(name);
-  if (t.dtype != dtype) fail("[safetensors] ", path_, ": tensor '", name, "': dtype is ", t.dtype, ", expected ", dtype);
-  check_shape(path_, t, expected_shape);
-  pread_exact(fd_, dst, t.end - t.begin, data_start_ + t.begin, path_, "[safetensors]");
+  if (t.dtype != dtype) fail("[safetensors] ", path(), ": tensor '", name, "': dtype is ", t.dtype, ", expected ", dtype);
+  check_shape(path(), t, expected_shape);
+  src_.read(dst, t.end - t.begin, data_start_ + t.begin);
 }
 
 // ---------------------------------------------------------------------------------------------------- writing

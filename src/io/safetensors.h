@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "io/files.h"
+
 namespace aah {
 
 struct SafetensorsTensor {
@@ -27,11 +29,12 @@ class SafetensorsReader {
   // Opens and validates the header and the data checksum if there is one; throws aah::Error naming the file and
   // what is wrong.
   explicit SafetensorsReader(const std::string& path);
-  ~SafetensorsReader();
+  // Same for bytes already open or in memory (ByteSource::memory(bytes, name, "[safetensors]")).
+  explicit SafetensorsReader(ByteSource src);
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return src_.name(); }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const;
@@ -45,9 +48,8 @@ class SafetensorsReader {
                 const std::vector<int64_t>& expected_shape) const;
 
  private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t data_start_ = 0, file_size_ = 0;
+  ByteSource src_;
+  uint64_t data_start_ = 0;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 

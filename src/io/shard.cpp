@@ -1,12 +1,7 @@
 #include "io/shard.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 
 #include "core/check.h"
@@ -34,29 +29,19 @@ void store(unsigned char* p, T v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
-TokenShard shard_read(const std::string& path) {
+TokenShard shard_read(const std::string& path) { return shard_read(ByteSource::file(path, "[shard]")); }
+
+TokenShard shard_read(const ByteSource& src) {
+  const std::string& path = src.name();
   auto bad = [&](const auto&... what) { fail("[shard] ", path, ": ", what...); };
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) bad("cannot open: ", std::strerror(errno));
-  struct stat st;
-  if (::fstat(f.fd, &st) != 0) bad("cannot stat: ", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad("not a regular file");
-  const uint64_t file_size = uint64_t(st.st_size);
+  const uint64_t file_size = src.size();
   if (file_size < kShardHeaderBytes)
     bad("file is ", file_size, " bytes, shorter than the ", kShardHeaderBytes, "-byte header");
 
   unsigned char h[kShardHeaderBytes];
-  pread_exact(f.fd, h, sizeof h, 0, path, "[shard]");
+  src.read(h, sizeof h, 0);
   if (std::memcmp(h, kMagic, 8) != 0) bad("bad magic (bytes 0-7), expected \"AAHTOK01\": not a token shard");
   const uint32_t version = load<uint32_t>(h + 8);
   const uint32_t bytes_per_token = load<uint32_t>(h + 12);
@@ -87,7 +72,7 @@ TokenShard shard_read(const std::string& path) {
   std::vector<unsigned char> buf(std::min<uint64_t>(count, chunk) * bytes_per_token);
   for (size_t i = 0; i < count; i += chunk) {
     size_t m = std::min<uint64_t>(chunk, count - i);
-    pread_exact(f.fd, buf.data(), m * bytes_per_token, kShardHeaderBytes + i * bytes_per_token, path, "[shard]");
+    src.read(buf.data(), m * bytes_per_token, kShardHeaderBytes + i * bytes_per_token);
     for (size_t k = 0; k < m; k++) {
       uint32_t id = bytes_per_token == 2 ? load<uint16_t>(&buf[k * 2]) : load<uint32_t>(&buf[k * 4]);
       if (id >= vocab_size)

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "io/files.h"
+
 namespace aah {
 
 constexpr size_t kShardHeaderBytes = 1024;
@@ -19,6 +21,8 @@ struct TokenShard {
 
 // Reads and validates a whole shard; throws aah::Error naming the file, the field and the offset.
 TokenShard shard_read(const std::string& path);
+// Same for bytes already open or in memory (ByteSource::memory(bytes, name, "[shard]")).
+TokenShard shard_read(const ByteSource& src);
 // Writes atomically; 2 bytes per token when vocab_size <= 65536, else 4. Checks every id < vocab_size.
 void shard_write(const std::string& path, const std::vector<int32_t>& tokens, uint32_t vocab_size);
 

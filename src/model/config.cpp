@@ -5,6 +5,8 @@
 #include <variant>
 
 #include "core/check.h"
+#include "io/files.h"
+#include "io/unicode.h"
 
 namespace aah {
 
@@ -92,6 +94,12 @@ const Knob* find_knob(const std::string& name) {
   return nullptr;
 }
 
+// A value as shown in an error message: JSON, invalid UTF-8 replaced (dump() would throw), long values cut.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 200 ? s.substr(0, 200) + "..." : s;
+}
+
 void set_knob(Config& cfg, const std::string& name, const json& v, const std::string& source) {
   const Knob* k = find_knob(name);
   if (!k) fail("[config] ", source, ": unknown key 'aah.", name, "' (aah --help-config lists the keys)");
@@ -100,7 +108,13 @@ void set_knob(Config& cfg, const std::string& name, const json& v, const std::st
                   (t == "bool" && v.is_boolean()) || (t == "string" && v.is_string()) ||
                   (t == "int_list" && v.is_array() &&
                    std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number_integer(); }));
-  if (!ok) fail("[config] ", source, ": key 'aah.", name, "' must be of type ", t, ", got ", v.dump());
+  if (!ok) fail("[config] ", source, ": key 'aah.", name, "' must be of type ", t, ", got ", shown(v));
+  auto fits_int = [](const json& e) {  // the knob is read back with get<int>()
+    return e.is_number_unsigned() ? e.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                  : e.get<int64_t>() >= INT32_MIN && e.get<int64_t>() <= INT32_MAX;
+  };
+  if ((t == "int" && !fits_int(v)) || (t == "int_list" && !std::all_of(v.begin(), v.end(), fits_int)))
+    fail("[config] ", source, ": key 'aah.", name, "' must be in 32-bit integer range, got ", shown(v));
   if (t == "double" && !std::isfinite(v.get<double>()))
     fail("[config] ", source, ": key 'aah.", name, "' must be finite");
   cfg.aah.knobs[name] = v;
@@ -127,9 +141,35 @@ void check_unsupported(const std::string& k, const json& v, const std::string& s
   if (k == "hidden_act" && v != json("silu")) refuse("only silu (SwiGLU) is supported");
 }
 
+// The integer value of v (an integer, or a float with an integral value) if it fits a signed integer of `bits` (32
+// or 64) bits; else bad(what).
+template <class Bad>
+int64_t integer_of(const json& v, int bits, Bad&& bad) {
+  const int64_t hi = bits == 32 ? INT32_MAX : INT64_MAX, lo = -hi - 1;
+  const char* what = bits == 32 ? "an integer in 32-bit range" : "an integer in 64-bit range";
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t(hi)) bad(what);
+    return int64_t(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) bad(what);
+    return x;
+  }
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    // Range-checked as doubles (lo and -lo are powers of two, exact) before converting: converting an
+    // out-of-range double to an integer is undefined.
+    if (!(std::floor(x) == x && x >= double(lo) && x < -double(lo))) bad(what);
+    return int64_t(x);
+  }
+  bad("an integer");
+  return 0;
+}
+
 void assign(const Field& f, const json& v, const std::string& source) {
   auto bad = [&](const char* want) {
-    fail("[config] ", source, ": key '", f.key, "' must be ", want, ", got ", v.dump());
+    fail("[config] ", source, ": key '", f.key, "' must be ", want, ", got ", shown(v));
   };
   std::visit(
       [&](auto* p) {
@@ -138,16 +178,7 @@ void assign(const Field& f, const json& v, const std::string& source) {
           if (!v.is_boolean()) bad("true or false");
           *p = v.get<bool>();
         } else if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) {
-          if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::isfinite(v.get<double>()) &&
-              std::fabs(v.get<double>()) < 9e15)
-            *p = T(v.get<double>());
-          else if (v.is_number_integer()) {
-            int64_t x = v.get<int64_t>();
-            if constexpr (std::is_same_v<T, int>)
-              if (x < INT32_MIN || x > INT32_MAX) bad("an integer in 32-bit range");
-            *p = T(x);
-          } else
-            bad("an integer");
+          *p = T(integer_of(v, std::is_same_v<T, int> ? 32 : 64, bad));
         } else if constexpr (std::is_same_v<T, double>) {
           if (!v.is_number()) bad("a number");
           double x = v.get<double>();
@@ -157,16 +188,15 @@ void assign(const Field& f, const json& v, const std::string& source) {
           if (!v.is_string()) bad("a string");
           *p = v.get<std::string>();
         } else {
-          if (v.is_number_integer()) {
-            *p = {v.get<int>()};
+          auto bad_list = [&](const char*) { bad("a list of 32-bit integers"); };
+          if (v.is_number()) {
+            *p = {int(integer_of(v, 32, bad_list))};
             return;
           }
-          if (!v.is_array()) bad("a list of integers");
-          p->clear();
-          for (auto& e : v) {
-            if (!e.is_number_integer()) bad("a list of integers");
-            p->push_back(e.get<int>());
-          }
+          if (!v.is_array()) bad_list("");
+          std::vector<int> list;
+          for (auto& e : v) list.push_back(int(integer_of(e, 32, bad_list)));
+          *p = std::move(list);
         }
       },
       f.ptr);
@@ -252,20 +282,28 @@ void config_set(Config& cfg, const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) fail("[config] --set '", assignment, "': expected key=value");
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  // Values become JSON strings (config.json, error messages): they must be text.
+  utf8_check(assignment, "[config] --set");
   auto fs = fields(cfg);
   const Field* f = find_field(fs, key);
+  // The value as JSON; bare words (and anything else that is not JSON) are strings.
+  auto value_of = [&](bool string_field) -> json {
+    if (string_field) return text;
+    try {
+      return parse_json(text, "--set", "[config]");
+    } catch (const Error&) {
+      return text;
+    }
+  };
   if (!f && key.rfind("aah.", 0) == 0) {
-    json v = json::parse(text, nullptr, false);
     const Knob* knob = find_knob(key.substr(4));
-    if (v.is_discarded() || (knob && std::string(knob->type) == "string")) v = text;
+    json v = value_of(knob && std::string(knob->type) == "string");
     set_knob(cfg, key.substr(4), v, "--set");
     return;
   }
   if (!f) fail("[config] --set: unknown key '", key, "' (aah --help-config lists the keys)");
   if (key == "aah.regime") cfg.aah.knobs = json::object();  // a regime is a complete preset
-  json v = json::parse(text, nullptr, false);
-  if (v.is_discarded() || std::holds_alternative<std::string*>(f->ptr)) v = text;  // bare words are strings
-  assign(*f, v, "--set");
+  assign(*f, value_of(std::holds_alternative<std::string*>(f->ptr)), "--set");
 }
 
 void config_validate(const Config& cfg) {

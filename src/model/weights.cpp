@@ -37,27 +37,40 @@ void weights_load_dir(const std::string& dir, Model<float>& model) {
     return;
   }
   if (!file_exists(index)) fail("[weights] ", dir, ": neither model.safetensors nor model.safetensors.index.json");
-  const nlohmann::json j = read_json_file(index);
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    fail("[weights] ", index, ": no \"weight_map\" object");
-  // shard file -> tensors wanted from it
-  std::map<std::string, std::vector<const ParamTensor*>> by_shard;
+  std::vector<std::string> names;
+  std::map<std::string, const ParamTensor*> by_name;
   for (const ParamTensor& t : model.tensors()) {
-    if (!j["weight_map"].contains(t.name)) fail("[weights] ", index, ": tensor '", t.name, "' is not in weight_map");
-    const auto& f = j["weight_map"][t.name];
-    if (!f.is_string()) fail("[weights] ", index, ": weight_map['", t.name, "'] is not a file name");
-    const std::string file = f.get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos || file == "..")
-      fail("[weights] ", index, ": weight_map['", t.name, "'] = '", file, "' is not a file in the directory");
-    by_shard[file].push_back(&t);
+    names.push_back(t.name);
+    by_name[t.name] = &t;
   }
-  for (auto& [file, tensors] : by_shard) {
+  for (auto& [file, tensors] : weights_index_shards(read_json_file(index), names, index)) {
     SafetensorsReader r(dir + "/" + file);
-    for (const ParamTensor* t : tensors) {
-      if (!r.has(t->name)) fail("[weights] ", r.path(), ": tensor '", t->name, "' is missing (index.json says it is here)");
-      r.read_f32(t->name, model.params_data() + t->offset, t->shape);
+    for (const std::string& name : tensors) {
+      const ParamTensor* t = by_name.at(name);
+      if (!r.has(name)) fail("[weights] ", r.path(), ": tensor '", name, "' is missing (index.json says it is here)");
+      r.read_f32(name, model.params_data() + t->offset, t->shape);
     }
   }
+}
+
+std::map<std::string, std::vector<std::string>> weights_index_shards(const nlohmann::json& j,
+                                                                     const std::vector<std::string>& names,
+                                                                     const std::string& index) {
+  if (!j.is_object()) fail("[weights] ", index, ": not a JSON object");
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) fail("[weights] ", index, ": no \"weight_map\" object");
+  std::map<std::string, std::vector<std::string>> by_shard;
+  for (const std::string& name : names) {
+    auto f = wm->find(name);
+    if (f == wm->end()) fail("[weights] ", index, ": tensor '", name, "' is not in weight_map");
+    if (!f->is_string()) fail("[weights] ", index, ": weight_map['", name, "'] is not a file name");
+    const std::string& file = f->get_ref<const std::string&>();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos)
+      fail("[weights] ", index, ": weight_map['", name, "'] is not the name of a file in the directory");
+    by_shard[file].push_back(name);
+  }
+  return by_shard;
 }
 
 Config run_config_load(const std::string& run_dir) {

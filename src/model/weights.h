@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/model.h"
@@ -18,6 +19,11 @@ std::map<std::string, std::string> weights_load(const std::string& path, Model<f
 // DIR/model.safetensors.index.json ("weight_map": tensor -> shard file). BF16, F16 and F32 tensors become fp32.
 // A tied model accepts a file that also stores lm_head.weight (it must equal the embedding's shape).
 void weights_load_dir(const std::string& dir, Model<float>& model);
+// The shards of model.safetensors.index.json `j` (its path `index` in errors): shard file -> the tensors among
+// `names` it holds. Every name must be in weight_map, and every file a plain name in the same directory.
+std::map<std::string, std::vector<std::string>> weights_index_shards(const nlohmann::json& j,
+                                                                     const std::vector<std::string>& names,
+                                                                     const std::string& index);
 
 // Reads RUN/config.json into a Config (defaults for anything it does not mention), validated.
 Config run_config_load(const std::string& run_dir);
