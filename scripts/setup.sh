@@ -11,6 +11,7 @@ packages=(
   libutf8proc-dev          # Unicode normalization (NFC) for the tokenizers
   libpython3.11-stdlib     # `aah data code` corpus: the Python standard library sources
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin   # data-parallel training (mpirun -np N aah train); the build turns MPI on when found
 )
 missing=()
 for p in "${packages[@]}"; do
