@@ -361,6 +361,7 @@ int train_run(const TrainOptions& o) {
       loss_acc = 0;
       loss_count = 0;
     }
+    if (ranks == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
     const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || stop_signal != 0;
     if (is_checkpoint_step(tc, st.step) || stop_now) {
       if (ranks > 1) check_ranks_agree(comm, model, st.step);
