@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   librsvg2-bin libxml2-utils   # tests: the report's SVG figures render (rsvg-convert), HTML/SVG are well-formed
   clang libclang-rt-14-dev  # scripts/fuzz.sh (fuzz preset): clang++ with its libFuzzer, ASan and UBSan runtimes
+  libopenmpi-dev openmpi-bin   # data-parallel training (mpirun -np N aah train); the build turns MPI on when found
 )
 missing=()
 for p in "${packages[@]}"; do

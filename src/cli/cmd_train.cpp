@@ -63,6 +63,9 @@ void add_train_commands(CLI::App& app, int& rc) {
   train->add_option("--trace-controller", to.trace_file,
                     "Write one JSON line per layer per control update (features, hierarchy, logits, decisions)");
   train->add_option("--stop-after", to.stop_after, "Checkpoint and stop after N steps, as if interrupted");
+  train->add_option("--allreduce", to.allreduce,
+                    "Under mpirun: all-reduce gradients in buckets during backward (overlap) or after it (blocking)")
+      ->check(CLI::IsMember({"overlap", "blocking"}));
   train->callback([&rc] {
     if (!config_file.empty()) {
       if (to.resume) fail("[train] --config and --resume together: the run's own config.json is used");

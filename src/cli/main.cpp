@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "dist/comm.h"
 #include "model/config.h"
 
 int main(int argc, char** argv) {
@@ -31,11 +32,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const aah::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    if (aah::comm_is_parallel()) aah::comm_world().abort(1, "error");  // the other ranks must not wait for this one
+    aah::comm_finalize();
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    if (aah::comm_is_parallel()) aah::comm_world().abort(2, "error");
+    aah::comm_finalize();
     return 2;
   }
+  aah::comm_finalize();
   if (help_config) {
     std::puts("Configuration keys (--set key=value; JSON files nest train.* and aah.* as objects):");
     for (auto& [k, v] : aah::config_describe(aah::Config{})) std::printf("  %s = %s\n", k.c_str(), v.c_str());

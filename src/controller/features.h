@@ -23,4 +23,16 @@ void controller_head_features(double* out,       // (H, 9)
                               const double* out_norm,  // (H) or nullptr
                               const double* usage);    // (H) or nullptr
 
+// The same features from a batch split over several processes (data-parallel training), exactly as if one process
+// held the whole batch. Each part computes its moments: per head, q heads then k heads then v heads
+// ((H + 2 Hkv), 4): count n, mean, M2 (sum of squared deviations from the mean), sum |x|.
+constexpr int kMomentStats = 4;
+void controller_head_moments(double* mom, const float* q, const float* k, const float* v, int B, int H, int Hkv, int T,
+                             int D);
+// Combines `parts` moment tables ((parts, heads, 4), in part order, Chan et al.) into one (heads, 4).
+void controller_moments_combine(double* out, const double* parts, int nparts, int heads);
+// Features (H, 9) from a moment table, with diagnostics as in controller_head_features.
+void controller_features_from_moments(double* out, const double* mom, int H, int Hkv, const double* entropy,
+                                      const double* out_norm, const double* usage);
+
 }  // namespace aah

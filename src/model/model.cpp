@@ -323,6 +323,7 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
   AAH_CHECK(have_head_grad_, "backward needs a forward with grad_scale != 0");
   // a.dln holds d(final norm output), from the LM head in forward
   rmsnorm_backward(a.dres, g.norm_f, a.dln, a.x + size_t(L) * NC, p.norm_f, a.rstdf, N, C);
+  if (after_layer_backward) after_layer_backward(L);
 
   for (int l = L - 1; l >= 0; l--) {
     real* x = a.x + l * NC;
@@ -380,8 +381,10 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
                     QKV);
     rmsnorm_backward(a.dtmp, g.ln1 + size_t(l) * C, a.dln, x, p.ln1 + size_t(l) * C, a.rstd1 + size_t(l) * N, N, C);
     for (size_t i = 0; i < NC; i++) a.dres[i] += a.dtmp[i];
+    if (after_layer_backward) after_layer_backward(l);
   }
   embedding_backward(g.embed, a.dres, tokens, N, C);
+  if (after_layer_backward) after_layer_backward(-1);
 }
 
 template class Model<float>;

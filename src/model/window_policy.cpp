@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "kernels/ops.h"
 #include "core/sys.h"
+#include "dist/comm.h"
 #include "io/safetensors.h"
 
 namespace aah {
@@ -53,8 +54,19 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
     const double t0 = now_seconds();
     const double* raw = nullptr;
     if (controller_.needs_features()) {
-      controller_head_features(features_.data(), q, k, v, B, H_, Hkv_, T, D_, diag_.data() + size_t(l) * H_,
-                               diag_.data() + size_t(L_ + l) * H_, diag_.data() + size_t(2 * L_ + l) * H_);
+      const double *ent = diag_.data() + size_t(l) * H_, *onorm = diag_.data() + size_t(L_ + l) * H_,
+                   *usage = diag_.data() + size_t(2 * L_ + l) * H_;
+      if (comm_ && comm_->size() > 1) {  // this rank's slice: combine the slices' moments, in rank order
+        const int heads = H_ + 2 * Hkv_;
+        moments_.resize(size_t(heads) * kMomentStats);
+        parts_.resize(moments_.size() * comm_->size());
+        controller_head_moments(moments_.data(), q, k, v, B, H_, Hkv_, T, D_);
+        comm_->allgather(moments_.data(), moments_.size(), parts_.data());
+        controller_moments_combine(moments_.data(), parts_.data(), comm_->size(), heads);
+        controller_features_from_moments(features_.data(), moments_.data(), H_, Hkv_, ent, onorm, usage);
+      } else {
+        controller_head_features(features_.data(), q, k, v, B, H_, Hkv_, T, D_, ent, onorm, usage);
+      }
       raw = features_.data();
     }
     nlohmann::json tr;
@@ -81,12 +93,26 @@ void WindowPolicyRunner::begin_forward(int step, bool update) {
   // The attention collects diagnostics only on update steps (features 6-8 of the next update). Each layer's
   // previous values are read by the hook before its attention overwrites them, so one buffer serves both.
   const bool collect = update_now_ && controller_.needs_features();
+  collect_ = collect;
   model_.diag_entropy = collect ? diag_.data() : nullptr;
   model_.diag_out_norm = collect ? diag_.data() + size_t(L_) * H_ : nullptr;
   model_.diag_usage = collect ? diag_.data() + size_t(2 * L_) * H_ : nullptr;
 }
 
 void WindowPolicyRunner::end_forward() {
+  if (collect_ && comm_ && comm_->size() > 1) {
+    // The diagnostics just collected are means over this rank's slice; equal slices: their mean over ranks (summed
+    // in rank order, the same on every rank) is the mean over the whole batch.
+    const int n = comm_->size();
+    parts_.resize(diag_.size() * n);
+    comm_->allgather(diag_.data(), diag_.size(), parts_.data());
+    for (size_t i = 0; i < diag_.size(); i++) {
+      double s = 0;
+      for (int r = 0; r < n; r++) s += parts_[size_t(r) * diag_.size() + i];
+      diag_[i] = s / n;
+    }
+  }
+  collect_ = false;
   update_now_ = false;
   model_.diag_entropy = model_.diag_out_norm = model_.diag_usage = nullptr;
   if (trace_) std::fflush(trace_);

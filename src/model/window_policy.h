@@ -13,6 +13,7 @@
 
 namespace aah {
 
+class Comm;
 class SafetensorsReader;
 
 // Multiply-adds the attention kernels execute for one layer and ONE sequence of T tokens with every window full
@@ -40,6 +41,10 @@ class WindowPolicyRunner {
   // Writes one JSON line per layer per control update to `path` (append when `append`).
   void open_trace(const std::string& path, bool append);
   double seconds() const { return seconds_; }  // time spent in features + decisions so far
+  // Data-parallel training: the batch is split in equal slices over comm's ranks. Head features and attention
+  // diagnostics are then combined over the ranks (exactly, in rank order) before the controller sees them, so
+  // every rank decides the same windows as one process holding the whole batch would.
+  void set_comm(Comm* comm) { comm_ = comm; }
 
   // controller_state.safetensors: the controller's tensors plus "diagnostics" (3, L, H) F64.
   void save(SafetensorsWriter& w) const;
@@ -51,6 +56,9 @@ class WindowPolicyRunner {
   int L_, H_, Hkv_, D_;
   std::vector<double> diag_;      // (3, L, H): entropy, output norm, usage of the last update's attention
   std::vector<double> features_;  // (H, 9) scratch
+  Comm* comm_ = nullptr;
+  std::vector<double> moments_, parts_;  // (H + 2 Hkv, 4) and (ranks, ...) scratch when comm_ has several ranks
+  bool collect_ = false;                 // this forward collects diagnostics
   bool update_now_ = false;
   int step_ = 0;
   std::FILE* trace_ = nullptr;

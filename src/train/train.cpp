@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <cstring>
 #include <fstream>
 
@@ -14,6 +15,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
+#include "dist/comm.h"
 #include "eval/eval.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -22,6 +24,7 @@
 #include "model/weights.h"
 #include "model/window_policy.h"
 #include "train/checkpoint.h"
+#include "train/grad_sync.h"
 #include "train/optimizer.h"
 
 namespace aah {
@@ -177,6 +180,20 @@ void truncate_metrics(const std::string& path, int step) {
   write_file_atomic(path, kept);
 }
 
+// Before rank 0 writes a checkpoint: every rank must hold the same parameters and windows (their all-reduced
+// gradients and combined features make them so); a difference is a bug, stopped here rather than saved.
+void check_ranks_agree(Comm& comm, Model<float>& model, int step) {
+  const std::vector<int>& w = model.windows();
+  double mine[2] = {double(comm_fingerprint(model.params_data(), model.num_params() * sizeof(float)) >> 12),
+                    double(comm_fingerprint(w.data(), w.size() * sizeof(int)) >> 12)};
+  std::vector<double> all(size_t(2) * comm.size());
+  comm.allgather(mine, 2, all.data());
+  for (int r = 1; r < comm.size(); r++)
+    if (all[size_t(2) * r] != all[0] || all[size_t(2) * r + 1] != all[1])
+      fail("[train] step ", step, ": rank ", r, " holds different ", all[size_t(2) * r] != all[0] ? "parameters" : "windows",
+           " than rank 0 (data-parallel ranks diverged); the last checkpoint is kept");
+}
+
 bool run_dir_has_results(const std::string& dir) {
   if (!read_link(dir + "/checkpoint").empty()) return true;
   for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "controller_state.safetensors",
@@ -202,18 +219,26 @@ int checkpoint_verify(const std::string& run) {
 }
 
 int train_run(const TrainOptions& o) {
+  Comm& comm = comm_world();  // data-parallel ranks (1 without mpirun)
+  const int ranks = comm.size(), rank = comm.rank();
+  const bool lead = rank == 0;  // writes the run directory, metrics and progress
+  const bool quiet = o.quiet || !lead;
   Config cfg = o.config;
   if (o.resume && !dir_exists(o.out_dir)) fail("[train] --resume ", o.out_dir, ": no such run directory");
   if (!o.resume && run_dir_has_results(o.out_dir) && !o.force)
     fail("[train] ", o.out_dir, " already holds a run: use --resume to continue it or --force to overwrite it");
-  make_dirs(o.out_dir);
-  RunLock lock(o.out_dir);
-  const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
-  if (!leftovers.empty() && !o.quiet) {
-    std::string names;
-    for (const std::string& n : leftovers) names += " " + n;
-    std::fprintf(stderr, "[train] %s: removed what an interrupted run left:%s\n", o.out_dir.c_str(), names.c_str());
+  std::optional<RunLock> lock;  // rank 0 owns the run directory
+  if (lead) {
+    make_dirs(o.out_dir);
+    lock.emplace(o.out_dir);
+    const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
+    if (!leftovers.empty() && !quiet) {
+      std::string names;
+      for (const std::string& n : leftovers) names += " " + n;
+      std::fprintf(stderr, "[train] %s: removed what an interrupted run left:%s\n", o.out_dir.c_str(), names.c_str());
+    }
   }
+  comm.barrier();  // the others read the checkpoint only after rank 0 has cleaned the directory
   if (o.resume) {
     const std::string dir = checkpoint_dir(o.out_dir);
     if (dir.empty())
@@ -232,38 +257,49 @@ int train_run(const TrainOptions& o) {
       fail("[train] ", s->path, " has vocabulary ", s->vocab_size, " but the model's vocab_size is ", mc.vocab_size,
            ": --set vocab_size=", s->vocab_size);
   const int B = tc.batch_size, T = tc.context;
+  if (B % ranks != 0)
+    fail("[train] train.batch_size=", B, " does not split over ", ranks, " processes: use a number of processes ",
+         "that divides it (the global batch stays batch_size, each process runs batch_size / processes)");
+  if (o.allreduce != "overlap" && o.allreduce != "blocking")
+    fail("[train] --allreduce ", o.allreduce, ": expected overlap or blocking");
+  const int Bl = B / ranks, b_first = rank * Bl;  // this rank's slice of every micro-batch
   if (int64_t(train.tokens.size()) < T + 1)
     fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
 
   // Refuse a configuration that cannot fit, before allocating anything: model, gradients and activations, AdamW
   // moments, and the token shards already read.
-  const double need = double(Model<float>::estimate_bytes(mc, B, T)) +
+  const double need = double(Model<float>::estimate_bytes(mc, Bl, T)) +
                       2.0 * sizeof(float) * double(Model<float>::estimate_bytes(mc, 0, 0, false) / sizeof(float));
   const double have = double(available_memory_bytes());
   if (have > 0 && need > 0.9 * have)
     fail("[train] this configuration needs about ", int64_t(need / 1048576), " MiB but ", int64_t(have / 1048576),
          " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
          "hidden_size or num_hidden_layers");
-  Model<float> model(mc, B, T);
+  comm.barrier();  // every rank has checked the run directory before training starts
+  Model<float> model(mc, Bl, T);
   model.dense_attention = cfg.aah.attention == "dense";
   AdamW opt;
   opt.init(model);
 
   WindowPolicyRunner policy(cfg, model);
-  if (!o.trace_file.empty()) policy.open_trace(o.trace_file, o.resume);
+  if (ranks > 1) policy.set_comm(&comm);
+  if (!o.trace_file.empty() && lead) policy.open_trace(o.trace_file, o.resume);  // global features and decisions
+  GradSync grad_sync(comm, model, o.allreduce == "overlap");
   const Controller& controller = policy.controller();
   TrainState st;
   st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
   if (o.resume) {
     load_checkpoint(checkpoint_dir(o.out_dir), model, opt, st, policy);
     if (st.step >= tc.steps) {
-      std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
+      if (lead) std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
       return 0;
     }
-    truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
-    std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
+    if (lead) truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
+    if (!quiet) std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
   } else {
     model.init_weights(uint64_t(tc.seed));
+  }
+  if (!o.resume && lead) {
     checkpoint_remove(o.out_dir);  // --force: the previous run's checkpoint goes first
     write_file_atomic(o.out_dir + "/metrics.jsonl", "");
     write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
@@ -271,16 +307,19 @@ int train_run(const TrainOptions& o) {
     if (file_exists(o.data_dir + "/tokenizer.json"))
       write_file_atomic(o.out_dir + "/tokenizer.json", read_file(o.data_dir + "/tokenizer.json"));
   }
-  if (!o.quiet)
+  if (!quiet)
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
+  if (!quiet && ranks > 1)
+    std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
+                 comm.backend().c_str(), Bl, o.allreduce.c_str());
 
   const double full_macs_per_step =
-      double(full_window_attention_macs(mc, T, model.dense_attention, /*backward=*/true)) * B * mc.num_hidden_layers *
+      double(full_window_attention_macs(mc, T, model.dense_attention, /*backward=*/true)) * Bl * mc.num_hidden_layers *
       tc.grad_accum;
   uint64_t macs_at_log = model.counters.macs;
-  MetricsLog metrics(o.out_dir + "/metrics.jsonl");
-  std::vector<int32_t> inp(size_t(B) * T), tgt(size_t(B) * T);
+  MetricsLog metrics(lead ? o.out_dir + "/metrics.jsonl" : "/dev/null");  // the other ranks log nowhere
+  std::vector<int32_t> inp(size_t(Bl) * T), tgt(size_t(Bl) * T);
   const int64_t max_start = int64_t(train.tokens.size()) - T - 1;
   const float grad_scale = 1.0f / float(B * T * tc.grad_accum);
   const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
@@ -290,21 +329,33 @@ int train_run(const TrainOptions& o) {
   double loss_acc = 0;
   int loss_count = 0;
   int exit_code = 0;
+  double comm_at_log = comm.seconds;
 
   StopSignals stop_signals;
   while (st.step < tc.steps) {
     model.zero_grads();
     double loss = 0;
     for (int micro = 0; micro < tc.grad_accum; micro++) {
+      // Every rank draws the whole batch (one RNG stream, as one process would) and keeps its slice.
       for (int b = 0; b < B; b++) {
         const int64_t s = int64_t(st.rng.below(uint64_t(max_start + 1)));
-        std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b) * T);
-        std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b) * T);
+        if (b < b_first || b >= b_first + Bl) continue;
+        std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b - b_first) * T);
+        std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b - b_first) * T);
       }
       policy.begin_forward(st.step, /*update=*/micro == 0);  // a control update runs in the first micro-batch only
-      loss += model.forward(inp.data(), tgt.data(), B, T, 1.0f) / tc.grad_accum;
+      loss += model.forward(inp.data(), tgt.data(), Bl, T, 1.0f) / tc.grad_accum * (double(Bl) / B);
       policy.end_forward();
-      model.backward(inp.data(), B, T);
+      grad_sync.before_backward(micro == tc.grad_accum - 1);
+      model.backward(inp.data(), Bl, T);
+    }
+    grad_sync.finish();  // every rank now holds the whole batch's gradient sum
+    int stop_signal = g_stop_signal;
+    if (ranks > 1) {  // the batch's loss, and whether any rank was asked to stop (all stop at the same step)
+      double x[2] = {loss, double(stop_signal)};
+      comm.allreduce_sum(x, 2);
+      loss = x[0];
+      stop_signal = int(x[1]) != 0 ? (g_stop_signal ? int(g_stop_signal) : SIGTERM) : 0;
     }
     // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
     const double raw_norm = global_norm(model.grads_data(), model.num_params());
@@ -312,7 +363,8 @@ int train_run(const TrainOptions& o) {
     const double lr = lr_at(tc, st.step);
     st.tokens_seen += tokens_per_step;
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
+      if (lead)
+        std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
                    std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
                    tc.nonfinite == "stop" ? "stopping" : "step skipped");
       metrics.write({{"step", st.step + 1},
@@ -361,16 +413,25 @@ int train_run(const TrainOptions& o) {
                    {"levels_used", controller.mean_levels_used()},
                    {"attn_work_ratio", double(model.counters.macs - macs_at_log) /
                                            (full_macs_per_step * std::max(1, steps_since_log))}};
+      if (ranks > 1) {  // communication time per step (all-reduces, feature combination) and its share of the step
+        const double comm_s = comm.seconds - comm_at_log;
+        line["ranks"] = ranks;
+        line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_since_log);
+        line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
+      }
       json buckets = json::object();
       for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
       line["window_fractions"] = buckets;
       if (eval_now) {
-        const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, B);
-        line["val_loss"] = ev.loss;
-        line["val_ppl"] = ev.ppl;
+        // Evaluation batches are split over the ranks; the loss is the sum over all of them.
+        const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, Bl, {}, rank, ranks);
+        double sums[2] = {ev.loss_sum, double(ev.tokens)};
+        comm.allreduce_sum(sums, 2);
+        line["val_loss"] = sums[0] / sums[1];
+        line["val_ppl"] = std::exp(sums[0] / sums[1]);
       }
       metrics.write(line);
-      if (!o.quiet) {
+      if (!quiet) {
         std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s", int(std::to_string(tc.steps).size()),
                      st.step, tc.steps, loss_count ? loss_acc / loss_count : NAN, lr, grad_norm, tok_s,
                      format_duration(eta).c_str());
@@ -379,23 +440,29 @@ int train_run(const TrainOptions& o) {
       }
       t_log = now_seconds();  // evaluation time (and work) is not training time
       macs_at_log = model.counters.macs;
+      comm_at_log = comm.seconds;
       steps_since_log = 0;
       loss_acc = 0;
       loss_count = 0;
     }
-    const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || g_stop_signal != 0;
-    if (is_checkpoint_step(tc, st.step) || stop_now) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
+    if (ranks == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
+    const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || stop_signal != 0;
+    if (is_checkpoint_step(tc, st.step) || stop_now) {
+      if (ranks > 1) check_ranks_agree(comm, model, st.step);
+      if (lead) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
+    }
     if (stop_now) {
-      if (g_stop_signal) {
-        std::fprintf(stderr, "\n[train] %s: stopped by signal %d after step %d; checkpoint written, continue with "
-                     "--resume\n", o.out_dir.c_str(), int(g_stop_signal), st.step);
-        exit_code = 128 + int(g_stop_signal);
+      if (stop_signal) {
+        if (lead)  // even with --quiet: the user must know the run stopped and how to continue it
+          std::fprintf(stderr, "\n[train] %s: stopped by signal %d after step %d; checkpoint written, continue with "
+                       "--resume\n", o.out_dir.c_str(), stop_signal, st.step);
+        exit_code = 128 + stop_signal;
       }
       break;
     }
   }
   metrics.close();
-  if (!o.quiet && exit_code == 0)
+  if (!quiet && exit_code == 0)
     std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
                  format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());
   return exit_code;
