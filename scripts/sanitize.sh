@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer: builds the asan preset (clang; the
 # same tree holds the fuzz targets of scripts/fuzz.sh) and runs ctest on it. Any sanitizer report aborts the test
-# that triggered it, so it fails. Timing assertions are off in this build (AAH_ASAN in tests/helpers.h).
+# that triggered it, so it fails. This build has no MPI (AAH_MPI=OFF): it is also the single-process build check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null
