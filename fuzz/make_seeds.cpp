@@ -123,6 +123,21 @@ void controller_state_seeds(const std::string& d) {
   after.write(d + "seed-updated.safetensors");
 }
 
+// A finished run's metrics.jsonl (an event line, evaluation lines) and its eval.json, as aah writes them.
+void report_seeds(const std::string& d) {
+  write_file_atomic(d + "seed-metrics",
+                    "{\"step\":5,\"loss\":6.1,\"attn_ratio\":1.0,\"pair_ratio\":1.0,\"attn_work_ratio\":1.0,"
+                    "\"tokens_per_s\":3000.5,\"peak_rss_mb\":19.0,\"levels_used\":0,\"window_fractions\":{\"128\":1.0}}\n"
+                    "{\"step\":6,\"event\":\"loss_spike\",\"loss\":19.5,\"mean\":6.0}\n"
+                    "{\"step\":10,\"loss\":5.9,\"attn_ratio\":0.5,\"pair_ratio\":0.6,\"attn_work_ratio\":0.7,"
+                    "\"tokens_per_s\":2999,\"peak_rss_mb\":19.5,\"levels_used\":2.5,\"val_loss\":5.8,\"val_ppl\":330.3}\n");
+  write_file_atomic(d + "seed-eval",
+                    "{\"regime\":\"full_adaptive\",\"val_loss\":5.5,\"val_ppl\":244.7,\"tokens\":2048,\"windows\":16,"
+                    "\"context\":128,\"inference_acr\":0.8,\"window_fractions\":{\"16\":0.25,\"128\":0.75},"
+                    "\"pair_ratio\":0.85,\"attn_work_ratio\":0.9,\"tokens_per_s\":5000,\"peak_rss_mb\":14,"
+                    "\"window_map\":[[16,128],[128,128]],\"windows_decided_at_eval\":false}\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +153,7 @@ int main(int argc, char** argv) {
     config_seeds(dir_of(root, "fuzz_config"));
     weights_index_seeds(dir_of(root, "fuzz_weights_index"));
     controller_state_seeds(dir_of(root, "fuzz_controller_state"));
+    report_seeds(dir_of(root, "fuzz_report"));
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -11,7 +11,7 @@ bash scripts/setup.sh >/dev/null
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
 
-targets=(fuzz_safetensors fuzz_shard fuzz_tokenizer fuzz_config fuzz_weights_index fuzz_controller_state)
+targets=(fuzz_safetensors fuzz_shard fuzz_tokenizer fuzz_config fuzz_weights_index fuzz_controller_state fuzz_report)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1

@@ -93,6 +93,38 @@ TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
   EXPECT_NE(test::error_of([] { suite_preset("nope"); }).find("known: smoke, cpu-small"), std::string::npos);
 }
 
+TEST(ReportReaders, HostileRunFilesAreErrorsNamingFileLineAndKey) {
+  const std::string ok = R"({"step":10,"attn_ratio":1,"pair_ratio":1,"attn_work_ratio":1,"tokens_per_s":5,"peak_rss_mb":1,"val_loss":2})";
+  EXPECT_EQ(report_parse_metrics(ok + "\n" + R"({"step":11,"event":"nonfinite"})" + "\n" + ok + "\n", "m").size(), 2u);
+  using test::error_of;
+  EXPECT_NE(error_of([&] { report_parse_metrics(ok + "\n{\"step\":1", "run/metrics.jsonl"); }).find("run/metrics.jsonl line 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { report_parse_metrics(R"({"step":1})", "m"); }).find("'attn_ratio' is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { report_parse_metrics("[1,2]\n", "m"); }).find("m line 1: not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { report_parse_metrics(R"({"step":-3,"attn_ratio":1,"pair_ratio":1,"attn_work_ratio":1,"tokens_per_s":5,"peak_rss_mb":1})", "m"); })
+                .find("'step' is not a step number"),
+            std::string::npos);
+  std::string unfinished = ok;
+  unfinished.erase(unfinished.find(R"(,"val_loss":2)"), 13);
+  EXPECT_NE(error_of([&] { report_parse_metrics(unfinished, "m"); }).find("no val_loss"), std::string::npos);
+  EXPECT_NE(error_of([&] { report_parse_metrics("", "m"); }).find("no metrics lines"), std::string::npos);
+  json e = json::parse(R"({"val_loss":1,"val_ppl":2.7,"inference_acr":1,"pair_ratio":1,"attn_work_ratio":1,
+                           "tokens_per_s":9,"peak_rss_mb":3,"window_fractions":{"64":1},"window_map":[[64,64],[64,64]]})");
+  EXPECT_NO_THROW(report_check_eval(e, "e"));
+  json bad = e;
+  bad["window_map"][1] = {64};
+  EXPECT_NE(error_of([&] { report_check_eval(bad, "run/eval.json"); }).find("run/eval.json: window_map row 1"), std::string::npos);
+  bad = e;
+  bad["window_map"][0][1] = 0;
+  EXPECT_NE(error_of([&] { report_check_eval(bad, "e"); }).find("holds 0, not a window"), std::string::npos);
+  bad = e;
+  bad["window_fractions"] = {{"x", 1}};
+  EXPECT_NE(error_of([&] { report_check_eval(bad, "e"); }).find("window_fractions entry 'x'"), std::string::npos);
+  bad = e;
+  bad["val_loss"] = "low";
+  EXPECT_NE(error_of([&] { report_check_eval(bad, "e"); }).find("'val_loss' is missing or not a number"), std::string::npos);
+}
+
 // ---- end to end, through the binary
 
 struct Child {
@@ -276,6 +308,34 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   const Child other = run_aah({"suite", "--preset", "smoke", "--out", dir, "--set", "train.lr=1e-3"});
   EXPECT_NE(other.rc, 0);
   EXPECT_NE(other.err.find("suite.json"), std::string::npos) << other.err;
+  fs::remove_all(dir);
+}
+
+TEST(Suite, TwoSeedsGiveIntervalsAndPairedDifferences) {
+  const std::string dir = temp_dir("seeds");
+  const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir, "--seeds", "0,1", "--regimes",
+                           "full,grouping_off", "--set", "train.steps=20", "--set", "train.eval_interval=10"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  auto loss = [&](const std::string& run) { return json::parse(read_file(dir + "/runs/" + run + "/eval.json"))["val_loss"].get<double>(); };
+  const double f0 = loss("full-s0"), f1 = loss("full-s1"), g0 = loss("grouping_off-s0"), g1 = loss("grouping_off-s1");
+  EXPECT_NE(f0, f1) << "seeds must differ";
+  // Two values: mean, s = |a - b| / sqrt(2), half-width t(1) * s / sqrt(2) = 12.706 * |a - b| / 2.
+  const json report = json::parse(read_file(dir + "/report.json"));
+  ASSERT_EQ(report["regimes"].size(), 2u);
+  const json& g = report["regimes"][1];
+  ASSERT_EQ(g["regime"], "grouping_off");
+  const json& cell = g["eval"]["val_loss"];
+  EXPECT_EQ(cell["n"].get<int>(), 2);
+  EXPECT_NEAR(cell["mean"].get<double>(), (g0 + g1) / 2, 1e-12);
+  EXPECT_NEAR(cell["hi95"].get<double>() - cell["mean"].get<double>(), 12.706 * std::fabs(g0 - g1) / 2, 1e-9);
+  const json& d = g["paired_vs_full"]["eval_val_loss"];
+  const double d0 = g0 - f0, d1 = g1 - f1;
+  EXPECT_EQ(d["n"].get<int>(), 2);
+  EXPECT_NEAR(d["mean"].get<double>(), (d0 + d1) / 2, 1e-12);
+  EXPECT_NEAR(d["hi95"].get<double>() - d["mean"].get<double>(), 12.706 * std::fabs(d0 - d1) / 2, 1e-9);
+  // The markdown cell reads mean ± half-width.
+  const std::string md = read_file(dir + "/report.md");
+  EXPECT_NE(md.find(fixed((g0 + g1) / 2, 4) + " ± " + fixed(12.706 * std::fabs(g0 - g1) / 2, 4)), std::string::npos) << md;
   fs::remove_all(dir);
 }
 

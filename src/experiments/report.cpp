@@ -54,26 +54,8 @@ RunData read_run(const std::string& dir, const std::string& name) {
   r.seed = int(r.cfg.train.seed);
   r.cc = controller_config_of(r.cfg);
   const std::string mpath = dir + "/metrics.jsonl";
-  const std::string text = read_file(mpath, size_t(1) << 28);
-  size_t start = 0;
-  int line_no = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
-    line_no++;
-    if (line.empty()) continue;
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_object()) fail("[report] ", mpath, " line ", line_no, ": not a JSON object");
-    if (j.contains("event")) continue;  // non-finite steps, loss spikes
-    for (const char* k : {"step", "attn_ratio", "pair_ratio", "attn_work_ratio", "tokens_per_s", "peak_rss_mb"})
-      number(j, k, mpath, line_no);
-    r.lines.push_back(std::move(j));
-  }
-  if (r.lines.empty()) fail("[report] ", mpath, ": no metrics lines");
+  r.lines = report_parse_metrics(read_file(mpath, size_t(1) << 28), mpath);
   const json& last = r.lines.back();
-  if (!last.contains("val_loss")) fail("[report] ", mpath, ": the last line has no val_loss (unfinished run?)");
   std::vector<double> tps;
   double work = 0, peak = 0;
   for (const auto& j : r.lines) {
@@ -91,14 +73,7 @@ RunData read_run(const std::string& dir, const std::string& name) {
              {"steps", last["step"].get<double>()}};
   const std::string epath = dir + "/eval.json";
   r.eval = read_json_file(epath);
-  if (!r.eval.is_object()) fail("[report] ", epath, ": not a JSON object");
-  for (const char* k : {"val_loss", "val_ppl", "inference_acr", "pair_ratio", "attn_work_ratio", "tokens_per_s",
-                        "peak_rss_mb"})
-    number(r.eval, k, epath);
-  if (!r.eval.contains("window_fractions") || !r.eval["window_fractions"].is_object())
-    fail("[report] ", epath, ": 'window_fractions' is missing or not an object");
-  if (!r.eval.contains("window_map") || !r.eval["window_map"].is_array())
-    fail("[report] ", epath, ": 'window_map' is missing or not an array");
+  report_check_eval(r.eval, epath);
   return r;
 }
 
@@ -204,6 +179,57 @@ std::string full_precision(double v) {
 }
 
 }  // namespace
+
+std::vector<json> report_parse_metrics(const std::string& text, const std::string& name) {
+  std::vector<json> lines;
+  size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    line_no++;
+    if (line.empty()) continue;
+    json j = parse_json(line, str_cat(name, " line ", line_no), "[report]", "not JSON:");
+    if (!j.is_object()) fail("[report] ", name, " line ", line_no, ": not a JSON object");
+    if (j.contains("event")) continue;  // non-finite steps, loss spikes
+    for (const char* k : {"step", "attn_ratio", "pair_ratio", "attn_work_ratio", "tokens_per_s", "peak_rss_mb"})
+      number(j, k, name, line_no);
+    if (!j["step"].is_number_integer() || j["step"].get<int64_t>() < 0 || j["step"].get<int64_t>() > INT32_MAX)
+      fail("[report] ", name, " line ", line_no, ": 'step' is not a step number");
+    for (const char* k : {"val_loss", "levels_used"})
+      if (j.contains(k)) number(j, k, name, line_no);
+    lines.push_back(std::move(j));
+  }
+  if (lines.empty()) fail("[report] ", name, ": no metrics lines");
+  if (!lines.back().contains("val_loss")) fail("[report] ", name, ": the last line has no val_loss (unfinished run?)");
+  return lines;
+}
+
+void report_check_eval(const json& e, const std::string& name) {
+  if (!e.is_object()) fail("[report] ", name, ": not a JSON object");
+  for (const char* k : {"val_loss", "val_ppl", "inference_acr", "pair_ratio", "attn_work_ratio", "tokens_per_s",
+                        "peak_rss_mb"})
+    number(e, k, name);
+  if (!e.contains("window_fractions") || !e["window_fractions"].is_object())
+    fail("[report] ", name, ": 'window_fractions' is missing or not an object");
+  for (const auto& item : e["window_fractions"].items()) {
+    const std::string& w = item.key();
+    if (w.empty() || w.size() > 9 || w.find_first_not_of("0123456789") != std::string::npos || !item.value().is_number())
+      fail("[report] ", name, ": window_fractions entry '", w, "' is not window -> fraction");
+  }
+  if (!e.contains("window_map") || !e["window_map"].is_array() || e["window_map"].empty())
+    fail("[report] ", name, ": 'window_map' is missing, empty or not an array");
+  const json& map = e["window_map"];
+  for (size_t l = 0; l < map.size(); l++) {
+    if (!map[l].is_array() || map[l].size() != map[0].size() || map[l].empty())
+      fail("[report] ", name, ": window_map row ", l, " is not an array as long as row 0");
+    for (const auto& w : map[l])
+      if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > INT32_MAX)
+        fail("[report] ", name, ": window_map row ", l, " holds ", w.dump(), ", not a window");
+  }
+}
 
 double t_quantile_975(int df) {
   // Exact to the printed digits for df <= 30 (standard tables); above, the Cornish-Fisher expansion around the
@@ -433,15 +459,11 @@ void report_write(const std::string& dir) {
     h.y_label = "layer";
     h.scale_label = "W / T";
     const int T = r.cfg.train.context;
-    for (size_t l = 0; l < map.size(); l++) {
-      if (!map[l].is_array()) fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map row ", l, " is not an array");
+    for (size_t l = 0; l < map.size(); l++) {  // shape and types checked by report_check_eval
       h.rows.push_back(std::to_string(l));
       if (l == 0)
         for (size_t k = 0; k < map[l].size(); k++) h.cols.push_back(std::to_string(k));
-      if (map[l].size() != h.cols.size())
-        fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map rows differ in length");
       for (const auto& w : map[l]) {
-        if (!w.is_number_integer()) fail("[report] ", dir, "/runs/", r.name, "/eval.json: window_map holds a non-integer");
         h.values.push_back(double(w.get<int>()) / T);
         h.cell_text.push_back(std::to_string(w.get<int>()));
       }

@@ -12,9 +12,17 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace aah {
 
 void report_write(const std::string& dir);
+
+// The readers of the run files (hostile input: errors name `name`, the line and the key). metrics.jsonl text:
+// the lines with a step (events skipped), the numbers the report uses checked; the last must have val_loss.
+std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const std::string& name);
+// eval.json: the numbers, window_fractions (window -> fraction) and window_map (L rows of H windows >= 1).
+void report_check_eval(const nlohmann::json& eval, const std::string& name);
 
 // 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
 double t_quantile_975(int df);
