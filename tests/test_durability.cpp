@@ -42,14 +42,7 @@ std::string temp_dir() {
   return mkdtemp(tmpl);
 }
 
-// A fresh directory under /tmp, removed when the test ends.
-struct TempDir {
-  const std::string path = temp_dir();
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using aah::test::TempDir;  // a fresh directory under /tmp, removed when the test ends
 
 std::string make_data() {
   static std::string dir;  // shared by the tests, kept
@@ -166,7 +159,7 @@ std::vector<nlohmann::json> metrics_without_timing(const std::string& run) {
 }
 
 TEST(Durability, RandomKillsLoseNothingAndResumeBitIdentically) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string data = make_data(), dir = tmp.path;
   Config cfg = tiny_config(60);
   cfg.train.checkpoint_interval = 4;
@@ -233,7 +226,7 @@ TEST(Durability, RandomKillsLoseNothingAndResumeBitIdentically) {
 }
 
 TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string data = make_data(), dir = tmp.path, run = dir + "/run", log = dir + "/log.txt";
   const std::string config = write_config(dir, tiny_config(60));
   int status = wait_for(
@@ -264,7 +257,7 @@ TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
 }
 
 TEST(Durability, SigtermCheckpointsAndExits143) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string data = make_data(), dir = tmp.path, run = dir + "/run", log = dir + "/log.txt";
   const std::string config = write_config(dir, tiny_config(100000));
   const pid_t pid = spawn_aah({"train", "--data", data, "--out", run, "--config", config, "--quiet"}, log);
@@ -301,7 +294,7 @@ Outcome train(const std::vector<std::string>& args, const std::string& log) {
 }
 
 TEST(Durability, CorruptCheckpointIsAnErrorNamingTheFile) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
   Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(4)), "--stop-after", "2"}, log);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -323,7 +316,7 @@ TEST(Durability, CorruptCheckpointIsAnErrorNamingTheFile) {
 }
 
 TEST(Durability, NonFiniteWeightsAreNeverCheckpointed) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
   Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(10)), "--stop-after", "2"}, log);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -341,7 +334,7 @@ TEST(Durability, NonFiniteWeightsAreNeverCheckpointed) {
 }
 
 TEST(Durability, LossSpikesAreLogged) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
   Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(14)), "--stop-after", "10"}, log);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -362,7 +355,7 @@ TEST(Durability, LossSpikesAreLogged) {
 // Runs written before checkpoints were directories (the four files at the top level) still resume, and move to the
 // new layout at their next checkpoint.
 TEST(Durability, OlderRunLayoutStillResumes) {
-  const TempDir tmp;
+  const TempDir tmp("durability");
   const std::string run = tmp.path + "/run", log = tmp.path + "/log.txt";
   Outcome r = train({"--out", run, "--config", write_config(tmp.path, tiny_config(4)), "--stop-after", "2"}, log);
   ASSERT_EQ(r.code, 0) << r.out;

@@ -143,11 +143,6 @@ Child run_aah(const std::vector<std::string>& args) {
   return c;
 }
 
-std::string temp_dir(const std::string& name) {
-  const std::string d = (fs::temp_directory_path() / ("aah-test-" + name + "-" + std::to_string(getpid()))).string();
-  fs::remove_all(d);
-  return d;
-}
 
 std::vector<json> metrics_lines(const std::string& path) {
   std::ifstream f(path);
@@ -204,7 +199,8 @@ bool well_formed_xml(const std::string& path) {
 TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   ASSERT_TRUE(fs::exists("/usr/bin/rsvg-convert") && fs::exists("/usr/bin/xmllint"))
       << "rsvg-convert and xmllint check the figures: run scripts/setup.sh (librsvg2-bin, libxml2-utils)";
-  const std::string dir = temp_dir("smoke");
+  const test::TempDir tmp("smoke");
+  const std::string dir = tmp.path + "/suite";
   const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir});
   ASSERT_EQ(c.rc, 0) << c.err;
   const SuitePreset p = suite_preset("smoke");
@@ -308,11 +304,11 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   const Child other = run_aah({"suite", "--preset", "smoke", "--out", dir, "--set", "train.lr=1e-3"});
   EXPECT_NE(other.rc, 0);
   EXPECT_NE(other.err.find("suite.json"), std::string::npos) << other.err;
-  fs::remove_all(dir);
 }
 
 TEST(Suite, TwoSeedsGiveIntervalsAndPairedDifferences) {
-  const std::string dir = temp_dir("seeds");
+  const test::TempDir tmp("seeds");
+  const std::string dir = tmp.path + "/suite";
   const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir, "--seeds", "0,1", "--regimes",
                            "full,grouping_off", "--set", "train.steps=20", "--set", "train.eval_interval=10"});
   ASSERT_EQ(c.rc, 0) << c.err;
@@ -336,11 +332,11 @@ TEST(Suite, TwoSeedsGiveIntervalsAndPairedDifferences) {
   // The markdown cell reads mean ± half-width.
   const std::string md = read_file(dir + "/report.md");
   EXPECT_NE(md.find(fixed((g0 + g1) / 2, 4) + " ± " + fixed(12.706 * std::fabs(g0 - g1) / 2, 4)), std::string::npos) << md;
-  fs::remove_all(dir);
 }
 
 TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
-  const std::string dir = temp_dir("resume");
+  const test::TempDir tmp("resume");
+  const std::string dir = tmp.path + "/suite";
   const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--regimes", "full,shallow_freeze",
                                          "--set", "train.steps=100", "--set", "train.checkpoint_interval=10",
                                          "--set", "train.eval_interval=0", "--no-report"};
@@ -372,7 +368,6 @@ TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
   const auto lines = metrics_lines(dir + "/runs/shallow_freeze-s0/metrics.jsonl");
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["step"].get<int>(), 100);
-  fs::remove_all(dir);
 }
 
 }  // namespace
