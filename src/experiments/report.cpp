@@ -392,7 +392,8 @@ void report_write(const std::string& dir) {
   };
   const int max_step = int(runs[0].train.at("steps"));
   std::vector<std::pair<std::string, std::string>> figures;  // (file, caption)
-  std::map<std::string, std::string> svgs;
+  std::map<std::string, std::string> svgs;  // figure file -> SVG text
+  std::string bucket_md, bucket_html;      // the window-bucket table
   auto add_figure = [&](const std::string& file, const std::string& caption, std::string svg) {
     figures.push_back({file, caption});
     svgs[file] = std::move(svg);
@@ -447,8 +448,8 @@ void report_write(const std::string& dir) {
     }
     add_figure("window_buckets.svg", "Window-bucket frequencies at evaluation (regime x window)", svg_heatmap(h));
     out["window_buckets"] = {{"windows", windows}, {"table", bucket_t.rows}};
-    svgs["__bucket_md"] = markdown(bucket_t);
-    svgs["__bucket_html"] = html_table(bucket_t);
+    bucket_md = markdown(bucket_t);
+    bucket_html = html_table(bucket_t);
   }
   for (const auto& g : regimes) {
     const RunData& r = *runs_of(g)[0];
@@ -495,7 +496,7 @@ void report_write(const std::string& dir) {
   std::string md = "# aah suite report\n\n" + setup + "\n\n## Training (the paper's Table 4)\n\n" + markdown(train_t) +
                    "\n## Inference (the paper's Table 6)\n\n" + markdown(eval_t);
   if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(diff_t);
-  md += "\n## Window buckets at evaluation\n\n" + svgs["__bucket_md"] + "\n## Figures\n\n";
+  md += "\n## Window buckets at evaluation\n\n" + bucket_md + "\n## Figures\n\n";
   for (const auto& [file, caption] : figures) md += str_cat("![", caption, "](figures/", file, ")\n\n");
   md += notes + "\n";
   std::string html =
@@ -507,7 +508,7 @@ void report_write(const std::string& dir) {
       "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n<h2>Training (the paper's Table 4)</h2>\n" +
       html_table(train_t) + "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
   if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(diff_t);
-  html += "<h2>Window buckets at evaluation</h2>\n" + svgs["__bucket_html"] + "<h2>Figures</h2>\n";
+  html += "<h2>Window buckets at evaluation</h2>\n" + bucket_html + "<h2>Figures</h2>\n";
   for (const auto& [file, caption] : figures)
     html += "<figure>\n" + svgs[file] + "<figcaption>" + svg_escape(caption) + "</figcaption>\n</figure>\n";
   html += "<p>" + svg_escape(notes) + "</p>\n</body>\n</html>\n";
