@@ -28,7 +28,7 @@
 #include "bench/bench_train.h"
 #include "core/rng.h"
 #include "core/sys.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 
 namespace aah {
 namespace {
@@ -85,26 +85,19 @@ int bench_attention(bool json) {
           if (path == 1 && T >= 4096 && si > 0 && D != 64) continue;  // dense cost is window-independent
           runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(B) * H * T), {}, {}});
         }
+      const AttnImpl impl_of[2] = {AttnImpl::local, AttnImpl::dense};  // path 0 "tiled", 1 "dense"
       auto fwd = [&](Run& r) {
         const int* win = sets[r.set].second.data();
         const double t0 = now_seconds();
-        if (r.path == 0)
-          cpu::attn_local_forward(r.out.data(), r.lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                  nullptr, nullptr);
-        else
-          cpu::attn_dense_forward(r.out.data(), r.lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                  nullptr, nullptr);
+        attention_forward(impl_of[r.path], r.out.data(), r.lse.data(), q.data(), k.data(), v.data(), win, B, H, H,
+                          T, D, nullptr, nullptr);
         return now_seconds() - t0;
       };
       auto bwd = [&](Run& r) {
         const int* win = sets[r.set].second.data();
         const double t0 = now_seconds();
-        if (r.path == 0)
-          cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), r.out.data(), r.lse.data(),
-                                   q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
-        else
-          cpu::attn_dense_backward(dq.data(), dk.data(), dv.data(), dout.data(), r.out.data(), r.lse.data(),
-                                   q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
+        attention_backward(impl_of[r.path], dq.data(), dk.data(), dv.data(), dout.data(), r.out.data(), r.lse.data(),
+                           q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
         return now_seconds() - t0;
       };
       const int reps = T >= 4096 ? 5 : 7;

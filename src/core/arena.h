@@ -1,53 +1,18 @@
 // One-allocation arenas. Training allocates every buffer once, before the first step: on this kind of VM the
 // first touch of fresh memory costs about 2 s per GiB, so allocating per step would be ruinous.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
 
 namespace aah {
 
-// Collects (pointer slot, count) requests, then makes one 64-byte aligned, zeroed allocation and points every
-// slot into it. Usage: plan.add(&p.wq, n); ...; arena = plan.allocate();
-template <class T>
-class ArenaPlan {
- public:
-  void add(T** slot, size_t count) { items_.push_back({slot, count}); }
-  size_t total() const {
-    size_t n = 0;
-    for (auto& it : items_) n += round_up(it.count);
-    return n;
-  }
-  // Returns the base pointer (owned by the caller; free with std::free).
-  T* allocate() {
-    size_t n = total();
-    T* base = static_cast<T*>(std::aligned_alloc(64, std::max<size_t>(64, n * sizeof(T) + 63) / 64 * 64));
-    if (!base) fail("[arena] out of memory allocating ", n * sizeof(T) / (1 << 20), " MiB");
-    std::memset(base, 0, n * sizeof(T));
-    size_t off = 0;
-    for (auto& it : items_) {
-      *it.slot = base + off;
-      off += round_up(it.count);
-    }
-    return base;
-  }
-
- private:
-  static size_t round_up(size_t count) {
-    const size_t per_line = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
-    return (count + per_line - 1) / per_line * per_line;
-  }
-  struct Item {
-    T** slot;
-    size_t count;
-  };
-  std::vector<Item> items_;
-};
-
-// Owning aligned buffer (no copies).
+// Owning 64-byte aligned, zeroed buffer (no copies).
 template <class T>
 struct Buffer {
   T* data = nullptr;
@@ -63,15 +28,51 @@ struct Buffer {
     return *this;
   }
   ~Buffer() { std::free(data); }
+  // Drops the contents; the new n values are zero.
   void resize(size_t n) {
     std::free(data);
-    size = n;
+    data = nullptr, size = 0;
     data = static_cast<T*>(std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64)));
     if (!data) fail("[buffer] out of memory allocating ", n * sizeof(T) / (1 << 20), " MiB");
+    size = n;
     std::memset(data, 0, n * sizeof(T));
   }
   T& operator[](size_t i) { return data[i]; }
   const T& operator[](size_t i) const { return data[i]; }
+};
+
+// Collects (pointer slot, count) requests, then makes one 64-byte aligned, zeroed allocation and points every
+// slot into it. Usage: plan.add(&p.wq, n); ...; Buffer<float> arena = plan.allocate();
+template <class T>
+class ArenaPlan {
+ public:
+  void add(T** slot, size_t count) { items_.push_back({slot, count}); }
+  size_t total() const {
+    size_t n = 0;
+    for (auto& it : items_) n += round_up(it.count);
+    return n;
+  }
+  // Returns the allocation that owns every slot's memory.
+  Buffer<T> allocate() {
+    Buffer<T> base(total());
+    size_t off = 0;
+    for (auto& it : items_) {
+      *it.slot = base.data + off;
+      off += round_up(it.count);
+    }
+    return base;
+  }
+
+ private:
+  static size_t round_up(size_t count) {
+    const size_t per_line = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+    return (count + per_line - 1) / per_line * per_line;
+  }
+  struct Item {
+    T** slot;
+    size_t count;
+  };
+  std::vector<Item> items_;
 };
 
 }  // namespace aah

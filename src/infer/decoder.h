@@ -1,6 +1,7 @@
 // Incremental decoding with a per-head KV cache: prefill the prompt through the model's forward (the windowed
 // attention kernel), then one token at a time, attending each head only to its last W_h positions in the cache.
-// The logits equal a full forward over the same tokens (tests check 1e-5).
+// A step runs each layer through the model's own layer code (model/layer.h) with B = T = 1, its attention over
+// the cache in the middle. The logits equal a full forward over the same tokens (tests check 1e-5).
 //
 // C hidden, L layers, H heads, Hkv KV heads, D head dim, F intermediate, V vocabulary.
 #pragma once
@@ -30,7 +31,13 @@ class Decoder {
   Model<float>& model_;
   int max_positions_;
   KVCache cache_;
-  std::vector<float> x_, ln_, qkv_, att_, tmp_, h_, act_, logits_, scores_, cos_, sin_, rstd_;
+  LayerActs<float> a_{};        // one layer's activations for one token (x_out = x: the residual in place)
+  float* lnf_ = nullptr;        // (C) final norm output
+  float* rstdf_ = nullptr;      // (1)
+  float* cos_ = nullptr;        // (D/2) RoPE angles of the position being decoded
+  float* sin_ = nullptr;        // (D/2)
+  Buffer<float> buf_;           // everything above, one allocation
+  std::vector<float> logits_, scores_;
   std::vector<int> order_;  // (H) heads in order of decreasing window
   double pairs_ = 0;
 };

@@ -8,6 +8,7 @@
 // for float and double, kernels/ref/, the specification the fast path is tested against). The overloads in
 // namespace aah at the bottom route float to cpu:: and double to ref::, so the model is written once as a
 // template on its element type: Model<float> is the engine, Model<double> the reference used by gradient checks.
+// Attention is the exception: it is dispatched by an implementation tag (local, dense, ref), kernels/dispatch.h.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -92,8 +93,6 @@ AAH_ROUTE(rope_backward)
 AAH_ROUTE(swiglu_forward)
 AAH_ROUTE(swiglu_backward)
 AAH_ROUTE(crossentropy_forward_backward)
-AAH_ROUTE(attn_local_forward)
-AAH_ROUTE(attn_local_backward)
 #undef AAH_ROUTE
 
 }  // namespace aah

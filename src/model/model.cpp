@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
+#include "kernels/ops.h"
 
 namespace aah {
 
@@ -55,7 +56,7 @@ void Model<real>::build_tensor_table() {
 }
 
 template <class real>
-static void point_params(Params<real>& p, real* base, const std::vector<size_t>& o) {
+static void point_params(Params<real>& p, real* base, const std::vector<size_t>& o, const ModelConfig& m) {
   p.embed = base + o[0];
   p.ln1 = base + o[1];
   p.wqkv = base + o[2];
@@ -67,6 +68,8 @@ static void point_params(Params<real>& p, real* base, const std::vector<size_t>&
   p.w_down = base + o[8];
   p.norm_f = base + o[9];
   p.lm_head = base + o[10];
+  p.C = m.hidden_size, p.QKV = size_t(m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim;
+  p.D = m.head_dim, p.HD = size_t(m.num_attention_heads) * m.head_dim, p.F = m.intermediate_size;
 }
 
 // Every activation buffer of a model built for (max_B, max_T), planned as one allocation.
@@ -76,6 +79,7 @@ static void plan_activations(ArenaPlan<real>& plan, Activations<real>& a, const 
   const size_t B = max_B, T = max_T, N = B * T, C = cfg.hidden_size, L = cfg.num_hidden_layers,
                H = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads, D = cfg.head_dim,
                F = cfg.intermediate_size, V = cfg.vocab_size, QKV = (H + 2 * Hkv) * D;
+  a.C = C, a.H = H, a.Hkv = Hkv, a.D = D, a.F = F;
   plan.add(&a.x, (L + 1) * N * C);
   plan.add(&a.lnf, N * C);
   plan.add(&a.rstdf, N);
@@ -129,48 +133,27 @@ template <class real>
 Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads)
     : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
   build_tensor_table();
-  param_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
-  if (!param_base_) fail("[model] out of memory for ", num_params_, " parameters");
-  std::memset(param_base_, 0, num_params_ * sizeof(real));
-  point_params(p_, param_base_, block_offsets_);
+  params_.resize(num_params_);
+  point_params(p_, params_.data, block_offsets_, cfg);
   if (with_grads) {
-    grad_base_ = static_cast<real*>(std::aligned_alloc(64, (num_params_ * sizeof(real) + 63) / 64 * 64));
-    if (!grad_base_) fail("[model] out of memory for gradients");
-    std::memset(grad_base_, 0, num_params_ * sizeof(real));
-    point_params(g_, grad_base_, block_offsets_);
+    grads_.resize(num_params_);
+    point_params(g_, grads_.data, block_offsets_, cfg);
   }
-
   ArenaPlan<real> plan;
   plan_activations(plan, a_, cfg, max_B, max_T, with_grads);
   keep_per_layer_ = with_grads;
-  act_base_ = plan.allocate();
-  compute_rope(max_T);
+  acts_ = plan.allocate();
+  const int half = cfg.head_dim / 2;
+  rope_cos_.resize(size_t(max_T) * half);
+  rope_sin_.resize(size_t(max_T) * half);
+  rope_angles(rope_cos_.data, rope_sin_.data, 0, max_T, cfg.head_dim, cfg.rope_theta);
   set_full_windows(max_T);
+  clamped_.resize(cfg.num_attention_heads);
 }
 
 template <class real>
 Model<real>::Model(const ModelConfig& cfg) : cfg_(cfg), max_B_(0), max_T_(0) {
   build_tensor_table();
-}
-
-template <class real>
-Model<real>::~Model() {
-  std::free(param_base_);
-  std::free(grad_base_);
-  std::free(act_base_);
-}
-
-template <class real>
-void Model<real>::compute_rope(int T) {
-  const int half = cfg_.head_dim / 2;
-  rope_cos_.resize(size_t(T) * half);
-  rope_sin_.resize(size_t(T) * half);
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < half; i++) {
-      const double inv_freq = std::pow(cfg_.rope_theta, -2.0 * i / cfg_.head_dim);
-      rope_cos_[size_t(t) * half + i] = real(std::cos(t * inv_freq));
-      rope_sin_[size_t(t) * half + i] = real(std::sin(t * inv_freq));
-    }
 }
 
 template <class real>
@@ -183,7 +166,7 @@ void Model<real>::init_weights(uint64_t seed) {
   Rng rng(seed);
   const double out_scale = 1.0 / std::sqrt(2.0 * cfg_.num_hidden_layers);
   for (const ParamTensor& t : tensors_) {
-    real* w = param_base_ + t.offset;
+    real* w = params_.data + t.offset;
     if (t.shape.size() == 1) {
       for (size_t i = 0; i < t.numel; i++) w[i] = 1;
       continue;
@@ -196,88 +179,47 @@ void Model<real>::init_weights(uint64_t seed) {
 
 template <class real>
 void Model<real>::zero_grads() {
-  if (grad_base_) std::memset(grad_base_, 0, num_params_ * sizeof(real));
+  if (grads_.data) std::memset(grads_.data, 0, num_params_ * sizeof(real));
+}
+
+template <class real>
+const int* Model<real>::clamped_windows(int l, int T) {
+  const int H = cfg_.num_attention_heads;
+  const int* win = windows_.data() + size_t(l) * H;
+  for (int h = 0; h < H; h++) clamped_[h] = std::max(1, std::min(win[h], T));  // windows never exceed the sequence
+  return clamped_.data();
+}
+
+template <class real>
+void Model<real>::layer_forward(int l, int B, int T) {
+  const int H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const LayerActs<real> a = a_.layer(l, keep_per_layer_ ? l : 0, B * T);
+  const LayerWeights<real> w = p_.layer(l);
+  layer_forward_pre_attention(a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+  if (before_attention) before_attention(l, a.q, a.k, a.v, B, T, windows_.data() + size_t(l) * H);
+  AttnDiagnostics diag;
+  AttnDiagnostics* diag_ptr = nullptr;
+  if (diag_entropy || diag_out_norm || diag_usage) {
+    diag.entropy = diag_entropy ? diag_entropy + size_t(l) * H : nullptr;
+    diag.out_norm = diag_out_norm ? diag_out_norm + size_t(l) * H : nullptr;
+    diag.usage = diag_usage ? diag_usage + size_t(l) * H : nullptr;
+    diag_ptr = &diag;
+  }
+  const int* win = clamped_windows(l, T);
+  const double t_attn = now_seconds();
+  attention_forward(attn_impl, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, diag_ptr, &counters);
+  attention_seconds += now_seconds() - t_attn;
+  layer_forward_post_attention(a, w, cfg_, B, T);
 }
 
 template <class real>
 void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
-  const ModelConfig& m = cfg_;
-  const int N = B * T, C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads,
-            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size,
-            QKV = (H + 2 * Hkv) * D;
-  const float eps = float(m.rms_norm_eps);
-  Params<real>& p = p_;
-  Activations<real>& a = a_;
-  const size_t NC = size_t(N) * C, NHD = size_t(N) * H * D, NKD = size_t(N) * Hkv * D;
-  const int full_T = T;
-
-  embedding_forward(a.x, tokens, p.embed, N, C);
-  for (int l = 0; l < L; l++) {
-    const int s = keep_per_layer_ ? l : 0;  // activation slot of this layer
-    real* x = a.x + l * NC;
-    real* ln1 = a.ln1 + s * NC;
-    real* q_pre = a.q_pre + s * NHD;
-    real* k_pre = a.k_pre + s * NKD;
-    real* q = a.q + s * NHD;
-    real* k = a.k + s * NKD;
-    real* v = a.v + s * NKD;
-    real* att = a.att + s * NHD;
-    real* lse = a.lse + size_t(s) * N * H;
-    real* xa = a.xa + s * NC;
-    real* ln2 = a.ln2 + s * NC;
-    real* h = a.h + size_t(s) * N * 2 * F;
-    real* act = a.act + size_t(s) * N * F;
-    int* win = windows_.data() + size_t(l) * H;
-
-    // attention half
-    rmsnorm_forward(ln1, a.rstd1 + size_t(s) * N, x, p.ln1 + size_t(l) * C, N, C, eps);
-    matmul_forward(a.qkv, ln1, p.wqkv + size_t(l) * QKV * C, N, C, QKV);
-    qkv_split_forward(q_pre, k_pre, v, a.qkv, B, T, H, Hkv, D);
-    if (m.qk_norm) {
-      rmsnorm_forward(q, a.rstd_q + size_t(s) * N * H, q_pre, p.q_norm + size_t(l) * D, N * H, D, eps);
-      rmsnorm_forward(k, a.rstd_k + size_t(s) * N * Hkv, k_pre, p.k_norm + size_t(l) * D, N * Hkv, D, eps);
-    } else {
-      std::memcpy(q, q_pre, NHD * sizeof(real));
-      std::memcpy(k, k_pre, NKD * sizeof(real));
-    }
-    rope_forward(q, rope_cos_.data, rope_sin_.data, B * H, T, D);
-    rope_forward(k, rope_cos_.data, rope_sin_.data, B * Hkv, T, D);
-    if (before_attention) before_attention(l, q, k, v, B, T, win);
-    AttnDiagnostics diag;
-    AttnDiagnostics* diag_ptr = nullptr;
-    if (diag_entropy || diag_out_norm || diag_usage) {
-      diag.entropy = diag_entropy ? diag_entropy + size_t(l) * H : nullptr;
-      diag.out_norm = diag_out_norm ? diag_out_norm + size_t(l) * H : nullptr;
-      diag.usage = diag_usage ? diag_usage + size_t(l) * H : nullptr;
-      diag_ptr = &diag;
-    }
-    std::vector<int> clamped(win, win + H);  // windows never exceed the sequence
-    for (int& w : clamped) w = std::max(1, std::min(w, full_T));
-    const double t_attn = now_seconds();
-    if constexpr (std::is_same_v<real, float>) {
-      if (dense_attention)
-        cpu::attn_dense_forward(att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D, diag_ptr, &counters);
-      else
-        attn_local_forward(att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D, diag_ptr, &counters);
-    } else {
-      attn_local_forward(att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D, diag_ptr, &counters);
-    }
-    attention_seconds += now_seconds() - t_attn;
-    heads_merge_forward(a.merged, att, B, H, T, D);
-    matmul_forward(xa, a.merged, p.wo + size_t(l) * C * H * D, N, H * D, C);
-    for (size_t i = 0; i < NC; i++) xa[i] += x[i];
-
-    // MLP half
-    rmsnorm_forward(ln2, a.rstd2 + size_t(s) * N, xa, p.ln2 + size_t(l) * C, N, C, eps);
-    matmul_forward(h, ln2, p.w_gate_up + size_t(l) * 2 * F * C, N, C, 2 * F);
-    swiglu_forward(act, h, N, F);
-    real* x_next = a.x + (l + 1) * NC;
-    matmul_forward(x_next, act, p.w_down + size_t(l) * C * F, N, F, C);
-    for (size_t i = 0; i < NC; i++) x_next[i] += xa[i];
-  }
-  rmsnorm_forward(a.lnf, a.rstdf, a.x + size_t(L) * NC, p.norm_f, N, C, eps);
+  const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  embedding_forward(a_.x, tokens, p_.embed, N, C);
+  for (int l = 0; l < L; l++) layer_forward(l, B, T);
+  rmsnorm_forward(a_.lnf, a_.rstdf, a_.x + size_t(L) * N * C, p_.norm_f, N, C, float(cfg_.rms_norm_eps));
 }
 
 template <class real>
@@ -309,81 +251,33 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
 }
 
 template <class real>
+void Model<real>::layer_backward(int l, int B, int T) {
+  const int H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const LayerActs<real> a = a_.layer(l, l, B * T);
+  const LayerWeights<real> w = p_.layer(l), g = g_.layer(l);
+  const BackwardScratch<real> d = a_.scratch();
+  layer_backward_post_attention(d, g, a, w, cfg_, B, T);
+  const int* win = clamped_windows(l, T);
+  const double t_attn = now_seconds();
+  attention_backward(attn_impl, d.dq, d.dk, d.dv, d.dq_pre, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D,
+                     &counters);
+  attention_seconds += now_seconds() - t_attn;
+  layer_backward_pre_attention(d, g, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+}
+
+template <class real>
 void Model<real>::backward(const int32_t* tokens, int B, int T) {
-  AAH_CHECK(grad_base_ && keep_per_layer_, "backward needs a model built with gradients");
-  const ModelConfig& m = cfg_;
-  const int N = B * T, C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads,
-            Hkv = m.num_key_value_heads, D = m.head_dim, F = m.intermediate_size,
-            QKV = (H + 2 * Hkv) * D;
-  Params<real>& p = p_;
-  Params<real>& g = g_;
-  Activations<real>& a = a_;
-  const size_t NC = size_t(N) * C, NHD = size_t(N) * H * D, NKD = size_t(N) * Hkv * D;
-
+  AAH_CHECK(grads_.data && keep_per_layer_, "backward needs a model built with gradients");
   AAH_CHECK(have_head_grad_, "backward needs a forward with grad_scale != 0");
-  // a.dln holds d(final norm output), from the LM head in forward
-  rmsnorm_backward(a.dres, g.norm_f, a.dln, a.x + size_t(L) * NC, p.norm_f, a.rstdf, N, C);
+  const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  // a_.dln holds d(final norm output), from the LM head in forward
+  rmsnorm_backward(a_.dres, g_.norm_f, a_.dln, a_.x + size_t(L) * N * C, p_.norm_f, a_.rstdf, N, C);
   if (after_layer_backward) after_layer_backward(L);
-
   for (int l = L - 1; l >= 0; l--) {
-    real* x = a.x + l * NC;
-    real* xa = a.xa + l * NC;
-    const int* win = windows_.data() + size_t(l) * H;
-
-    // MLP half: x_next = xa + down(swiglu(gate_up(rmsnorm(xa))))
-    matmul_backward(a.dact, g.w_down + size_t(l) * C * F, a.dres, a.act + size_t(l) * N * F,
-                    p.w_down + size_t(l) * C * F, N, F, C);
-    swiglu_backward(a.dh, a.dact, a.h + size_t(l) * N * 2 * F, N, F);
-    matmul_backward(a.dln, g.w_gate_up + size_t(l) * 2 * F * C, a.dh, a.ln2 + l * NC,
-                    p.w_gate_up + size_t(l) * 2 * F * C, N, C, 2 * F);
-    rmsnorm_backward(a.dtmp, g.ln2 + size_t(l) * C, a.dln, xa, p.ln2 + size_t(l) * C, a.rstd2 + size_t(l) * N, N,
-                     C);
-    for (size_t i = 0; i < NC; i++) a.dres[i] += a.dtmp[i];
-
-    // attention half: xa = x + o_proj(merge(attention(rope(norm(q)), rope(norm(k)), v)))
-    real* att = a.att + l * NHD;
-    heads_merge_forward(a.merged, att, B, H, T, D);  // recomputed instead of stored
-    matmul_backward(a.qkv, g.wo + size_t(l) * C * H * D, a.dres, a.merged, p.wo + size_t(l) * C * H * D, N,
-                    H * D, C);  // a.qkv as scratch for d(merged)
-    heads_merge_backward(a.dq_pre, a.qkv, B, H, T, D);  // a.dq_pre as scratch for d(att)
-    std::vector<int> clamped(win, win + H);
-    for (int& w : clamped) w = std::max(1, std::min(w, T));
-    real* q = a.q + l * NHD;
-    real* k = a.k + l * NKD;
-    real* v = a.v + l * NKD;
-    real* lse = a.lse + size_t(l) * N * H;
-    const double t_attn = now_seconds();
-    if constexpr (std::is_same_v<real, float>) {
-      if (dense_attention)
-        cpu::attn_dense_backward(a.dq, a.dk, a.dv, a.dq_pre, att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D,
-                                 &counters);
-      else
-        attn_local_backward(a.dq, a.dk, a.dv, a.dq_pre, att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D,
-                            &counters);
-    } else {
-      attn_local_backward(a.dq, a.dk, a.dv, a.dq_pre, att, lse, q, k, v, clamped.data(), B, H, Hkv, T, D,
-                          &counters);
-    }
-    attention_seconds += now_seconds() - t_attn;
-    rope_backward(a.dq, rope_cos_.data, rope_sin_.data, B * H, T, D);
-    rope_backward(a.dk, rope_cos_.data, rope_sin_.data, B * Hkv, T, D);
-    if (m.qk_norm) {
-      rmsnorm_backward(a.dq_pre, g.q_norm + size_t(l) * D, a.dq, a.q_pre + l * NHD, p.q_norm + size_t(l) * D,
-                       a.rstd_q + size_t(l) * N * H, N * H, D);
-      rmsnorm_backward(a.dk_pre, g.k_norm + size_t(l) * D, a.dk, a.k_pre + l * NKD, p.k_norm + size_t(l) * D,
-                       a.rstd_k + size_t(l) * N * Hkv, N * Hkv, D);
-    } else {
-      std::memcpy(a.dq_pre, a.dq, NHD * sizeof(real));
-      std::memcpy(a.dk_pre, a.dk, NKD * sizeof(real));
-    }
-    qkv_split_backward(a.qkv, a.dq_pre, a.dk_pre, a.dv, B, T, H, Hkv, D);
-    matmul_backward(a.dln, g.wqkv + size_t(l) * QKV * C, a.qkv, a.ln1 + l * NC, p.wqkv + size_t(l) * QKV * C, N, C,
-                    QKV);
-    rmsnorm_backward(a.dtmp, g.ln1 + size_t(l) * C, a.dln, x, p.ln1 + size_t(l) * C, a.rstd1 + size_t(l) * N, N, C);
-    for (size_t i = 0; i < NC; i++) a.dres[i] += a.dtmp[i];
+    layer_backward(l, B, T);
     if (after_layer_backward) after_layer_backward(l);
   }
-  embedding_backward(g.embed, a.dres, tokens, N, C);
+  embedding_backward(g_.embed, a_.dres, tokens, N, C);
   if (after_layer_backward) after_layer_backward(-1);
 }
 

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 #include "model/config.h"
+#include "model/layer.h"
 
 namespace aah {
 
@@ -37,6 +39,14 @@ struct Params {
   real* w_down;     // (L, C, F)
   real* norm_f;     // (C)
   real* lm_head;    // (V, C), equal to embed when tied
+  size_t C, QKV, D, HD, F;  // per-layer sizes (HD = H D), for layer()
+
+  // Layer l's slice of every stacked tensor.
+  LayerWeights<real> layer(int l) const {
+    const size_t i = size_t(l);
+    return {ln1 + i * C,    wqkv + i * QKV * C, q_norm + i * D,        k_norm + i * D,
+            wo + i * C * HD, ln2 + i * C,       w_gate_up + i * 2 * F * C, w_down + i * C * F};
+  }
 };
 
 // Activations kept for backward, each sized for the largest (B, T) the model was built for.
@@ -76,24 +86,37 @@ struct Activations {
   real* dv;      // (B, Hkv, T, D)
   real* dq_pre;  // (B, H, T, D)
   real* dk_pre;  // (B, Hkv, T, D)
+  size_t C, H, Hkv, D, F;  // for layer()
+
+  // Layer l's view for a micro-batch of N rows: the residual stream x at layer l (and l + 1 as x_out), everything
+  // else in activation slot `slot` (l when training, 0 when inference reuses one slot for every layer).
+  LayerActs<real> layer(int l, int slot, int N) const {
+    const size_t n = size_t(N), s = size_t(slot) * n, NC = n * C;
+    return {x + l * NC,         ln1 + s * C,       rstd1 + s,         qkv,
+            q_pre + s * H * D,  k_pre + s * Hkv * D, rstd_q + s * H,  rstd_k + s * Hkv,
+            q + s * H * D,      k + s * Hkv * D,   v + s * Hkv * D,   att + s * H * D,
+            lse + s * H,        merged,            xa + s * C,        ln2 + s * C,
+            rstd2 + s,          h + s * 2 * F,     act + s * F,       x + (l + 1) * NC};
+  }
+  BackwardScratch<real> scratch() const { return {dres, dtmp, dln, dact, dh, dq, dk, dv, dq_pre, dk_pre}; }
 };
 
 template <class real>
 class Model {
  public:
   // Allocates parameters, gradients and activations for micro-batches of up to (max_B, max_T), once.
+  // Owns them (RAII): a throw part-way leaks nothing.
   Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
   // Bytes the constructor would allocate (parameters, gradients, activations), without allocating.
   static size_t estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
-  ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t num_params() const { return num_params_; }
-  real* params_data() { return param_base_; }
-  real* grads_data() { return grad_base_; }
+  real* params_data() { return params_.data; }
+  real* grads_data() { return grads_.data; }
   Params<real>& params() { return p_; }
   Params<real>& grads() { return g_; }
 
@@ -103,7 +126,9 @@ class Model {
   // Windows in force, one per (layer, head); full (T) by default. Set by the window policy.
   std::vector<int>& windows() { return windows_; }
   void set_full_windows(int T);
-  bool dense_attention = false;  // aah.attention = dense: T x T scores + mask (comparison path)
+  // The attention kernels (kernels/dispatch.h): local for float (attn_impl_from_name(cfg.aah.attention) sets
+  // local or dense), ref for double.
+  AttnImpl attn_impl = std::is_same_v<real, float> ? AttnImpl::local : AttnImpl::ref;
   AttnCounters counters;         // attention work, accumulated over calls
   double attention_seconds = 0;  // wall time inside the attention kernels, accumulated
   // Called in each layer after q, k (normed, rotated) and v exist and before attention, so a window policy can set
@@ -145,22 +170,26 @@ class Model {
   explicit Model(const ModelConfig& cfg);  // the tensor table only (estimate_bytes)
   void build_tensor_table();
   void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
-  void compute_rope(int T);
+  // Layer l over (B, T): pre-attention, the window policy's hook, attention (dispatched by attn_impl), the rest.
+  void layer_forward(int l, int B, int T);
+  // Its backward: d(layer output) in acts().dres becomes d(layer input); accumulates layer l's gradients.
+  void layer_backward(int l, int B, int T);
+  const int* clamped_windows(int l, int T);  // layer l's windows, each clamped to [1, T]
 
   ModelConfig cfg_;
   int max_B_, max_T_;
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0;
-  real* param_base_ = nullptr;
-  real* grad_base_ = nullptr;
-  real* act_base_ = nullptr;
+  Buffer<real> params_, grads_;  // (num_params) each; grads_ empty without gradients
+  Buffer<real> acts_;            // every activation buffer, one allocation
   Params<real> p_{}, g_{};
   Activations<real> a_{};
-  Buffer<real> rope_cos_, rope_sin_;  // (max_T, D/2)
-  std::vector<int> windows_;          // (L, H)
+  Buffer<real> rope_cos_, rope_sin_;   // (max_T, D/2)
+  std::vector<int> windows_;           // (L, H)
+  std::vector<int> clamped_;           // (H) scratch of clamped_windows
   std::vector<size_t> block_offsets_;  // start of each stacked parameter block
-  bool keep_per_layer_ = true;
-  bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)         // activations kept per layer (training) or one slot reused (inference)
+  bool keep_per_layer_ = true;         // activations kept per layer (training) or one slot reused (inference)
+  bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)
 };
 
 extern template class Model<float>;

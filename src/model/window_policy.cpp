@@ -5,37 +5,29 @@
 #include <tuple>
 
 #include "core/check.h"
-#include "kernels/ops.h"
+#include "kernels/dispatch.h"
 #include "core/sys.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
 
 namespace aah {
 
-uint64_t full_window_attention_macs(const ModelConfig& m, int T, bool dense, bool backward) {
+uint64_t full_window_attention_macs(const ModelConfig& m, int T, AttnImpl impl, bool backward) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, bool, bool>, uint64_t> cache;
+  static std::map<std::tuple<int, int, int, int, AttnImpl, bool>, uint64_t> cache;
   const int H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim;
-  const auto key = std::make_tuple(H, Hkv, D, T, dense, backward);
+  const auto key = std::make_tuple(H, Hkv, D, T, impl, backward);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const size_t nq = size_t(H) * T * D, nk = size_t(Hkv) * T * D;
   std::vector<float> q(nq), o(nq), dout(nq), dq(nq), lse(size_t(H) * T), k(nk), v(nk), dk(nk), dv(nk);
   std::vector<int> windows(H, T);
   AttnCounters c;
-  if (dense) {
-    cpu::attn_dense_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), 1, H, Hkv, T, D,
-                            nullptr, &c);
-    if (backward)
-      cpu::attn_dense_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(),
-                               k.data(), v.data(), windows.data(), 1, H, Hkv, T, D, &c);
-  } else {
-    cpu::attn_local_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), 1, H, Hkv, T, D,
-                            nullptr, &c);
-    if (backward)
-      cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(),
-                               k.data(), v.data(), windows.data(), 1, H, Hkv, T, D, &c);
-  }
+  attention_forward(impl, o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), 1, H, Hkv, T, D,
+                    nullptr, &c);
+  if (backward)
+    attention_backward(impl, dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(), k.data(),
+                       v.data(), windows.data(), 1, H, Hkv, T, D, &c);
   return cache[key] = c.macs;
 }
 

@@ -202,6 +202,73 @@ bool run_dir_has_results(const std::string& dir) {
   return false;
 }
 
+// One optimizer step's tokens: micro_batches micro-batches of this process's B sequences of T tokens each.
+struct Batch {
+  int micro_batches = 0, B = 0, T = 0;
+  int B_all = 0;                         // sequences per micro-batch over all processes (train.batch_size)
+  std::vector<int32_t> inputs, targets;  // (micro_batches, B, T); targets are the inputs shifted by one token
+  const int32_t* input(int micro) const { return inputs.data() + size_t(micro) * B * T; }
+  const int32_t* target(int micro) const { return targets.data() + size_t(micro) * B * T; }
+};
+
+// Draws a step's batch at random positions of `tokens`. Every process draws the whole batch (one RNG stream, as
+// one process would) and keeps its slice: sequences b_first .. b_first + B - 1 of each micro-batch.
+void batch_draw(Batch& batch, Rng& rng, const std::vector<int32_t>& tokens, int b_first) {
+  const int T = batch.T;
+  const int64_t max_start = int64_t(tokens.size()) - T - 1;
+  for (int micro = 0; micro < batch.micro_batches; micro++)
+    for (int b = 0; b < batch.B_all; b++) {
+      const int64_t s = int64_t(rng.below(uint64_t(max_start + 1)));
+      if (b < b_first || b >= b_first + batch.B) continue;
+      const size_t row = (size_t(micro) * batch.B + (b - b_first)) * T;
+      std::copy_n(tokens.data() + s, T, batch.inputs.data() + row);
+      std::copy_n(tokens.data() + s + 1, T, batch.targets.data() + row);
+    }
+}
+
+struct StepResult {
+  double loss = 0;       // mean over the step's tokens (all processes)
+  double grad_norm = 0;  // of the step's mean gradient, before clipping
+  bool updated = false;  // false: the loss or the gradient was not finite, and the update was skipped
+  int stop_signal = 0;   // a stop signal any process had received by the all-reduce (all stop at the same step)
+};
+
+// One optimizer step, as llm.c's: forward and backward of each micro-batch (gradients accumulate), all-reduce,
+// clip, update. Gradients are zeroed before the first forward, which already accumulates the LM head's.
+StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, WindowPolicyRunner& policy,
+                      GradSync& grad_sync, Comm& comm, int step, double lr, const TrainConfig& tc) {
+  StepResult r;
+  model.zero_grads();
+  for (int micro = 0; micro < batch.micro_batches; micro++) {
+    policy.begin_forward(step, /*update=*/micro == 0);  // a control update runs in the first micro-batch only
+    const double loss = model.forward(batch.input(micro), batch.target(micro), batch.B, batch.T, 1.0f);
+    r.loss += loss / batch.micro_batches * (double(batch.B) / batch.B_all);
+    policy.end_forward();
+    grad_sync.before_backward(micro == batch.micro_batches - 1);
+    model.backward(batch.input(micro), batch.B, batch.T);
+  }
+
+  grad_sync.finish();  // all-reduce: every process now holds the whole batch's gradient sum
+  r.stop_signal = g_stop_signal;
+  if (comm.size() > 1) {  // the batch's loss, and whether any process was asked to stop, in one all-reduce
+    double x[2] = {r.loss, double(r.stop_signal)};
+    comm.allreduce_sum(x, 2);
+    r.loss = x[0];
+    r.stop_signal = int(x[1]) != 0 ? (g_stop_signal ? int(g_stop_signal) : SIGTERM) : 0;
+  }
+
+  // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
+  const float grad_scale = 1.0f / float(batch.B_all * batch.T * batch.micro_batches);
+  r.grad_norm = global_norm(model.grads_data(), model.num_params()) * grad_scale;
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;  // no update; the caller decides
+  float scale = grad_scale;  // clip
+  if (tc.grad_clip > 0 && r.grad_norm > tc.grad_clip) scale = float(grad_scale * tc.grad_clip / r.grad_norm);
+
+  opt.update(model.params_data(), model.grads_data(), model.num_params(), lr, tc, scale);
+  r.updated = true;
+  return r;
+}
+
 }  // namespace
 
 int checkpoint_verify(const std::string& run) {
@@ -209,7 +276,7 @@ int checkpoint_verify(const std::string& run) {
   if (dir.empty()) return -1;
   const Config cfg = run_config_load(dir);
   Model<float> model(cfg.model, 1, cfg.train.context);
-  model.dense_attention = cfg.aah.attention == "dense";
+  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
   AdamW opt;
   opt.init(model);
   WindowPolicyRunner policy(cfg, model);
@@ -277,7 +344,7 @@ int train_run(const TrainOptions& o) {
          "hidden_size or num_hidden_layers");
   comm.barrier();  // every rank has checked the run directory before training starts
   Model<float> model(mc, Bl, T);
-  model.dense_attention = cfg.aah.attention == "dense";
+  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
   AdamW opt;
   opt.init(model);
 
@@ -315,13 +382,14 @@ int train_run(const TrainOptions& o) {
                  comm.backend().c_str(), Bl, o.allreduce.c_str());
 
   const double full_macs_per_step =
-      double(full_window_attention_macs(mc, T, model.dense_attention, /*backward=*/true)) * Bl * mc.num_hidden_layers *
+      double(full_window_attention_macs(mc, T, model.attn_impl, /*backward=*/true)) * Bl * mc.num_hidden_layers *
       tc.grad_accum;
   uint64_t macs_at_log = model.counters.macs;
   MetricsLog metrics(lead ? o.out_dir + "/metrics.jsonl" : "/dev/null");  // the other ranks log nowhere
-  std::vector<int32_t> inp(size_t(Bl) * T), tgt(size_t(Bl) * T);
-  const int64_t max_start = int64_t(train.tokens.size()) - T - 1;
-  const float grad_scale = 1.0f / float(B * T * tc.grad_accum);
+  Batch batch;
+  batch.micro_batches = tc.grad_accum, batch.B = Bl, batch.T = T, batch.B_all = B;
+  batch.inputs.resize(size_t(tc.grad_accum) * Bl * T);
+  batch.targets.resize(batch.inputs.size());
   const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
   const double t_start = now_seconds();
   double t_log = t_start;
@@ -333,36 +401,13 @@ int train_run(const TrainOptions& o) {
 
   StopSignals stop_signals;
   while (st.step < tc.steps) {
-    model.zero_grads();
-    double loss = 0;
-    for (int micro = 0; micro < tc.grad_accum; micro++) {
-      // Every rank draws the whole batch (one RNG stream, as one process would) and keeps its slice.
-      for (int b = 0; b < B; b++) {
-        const int64_t s = int64_t(st.rng.below(uint64_t(max_start + 1)));
-        if (b < b_first || b >= b_first + Bl) continue;
-        std::copy_n(train.tokens.data() + s, T, inp.data() + size_t(b - b_first) * T);
-        std::copy_n(train.tokens.data() + s + 1, T, tgt.data() + size_t(b - b_first) * T);
-      }
-      policy.begin_forward(st.step, /*update=*/micro == 0);  // a control update runs in the first micro-batch only
-      loss += model.forward(inp.data(), tgt.data(), Bl, T, 1.0f) / tc.grad_accum * (double(Bl) / B);
-      policy.end_forward();
-      grad_sync.before_backward(micro == tc.grad_accum - 1);
-      model.backward(inp.data(), Bl, T);
-    }
-    grad_sync.finish();  // every rank now holds the whole batch's gradient sum
-    int stop_signal = g_stop_signal;
-    if (ranks > 1) {  // the batch's loss, and whether any rank was asked to stop (all stop at the same step)
-      double x[2] = {loss, double(stop_signal)};
-      comm.allreduce_sum(x, 2);
-      loss = x[0];
-      stop_signal = int(x[1]) != 0 ? (g_stop_signal ? int(g_stop_signal) : SIGTERM) : 0;
-    }
-    // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
-    const double raw_norm = global_norm(model.grads_data(), model.num_params());
-    const double grad_norm = raw_norm * grad_scale;
+    batch_draw(batch, st.rng, train.tokens, b_first);
     const double lr = lr_at(tc, st.step);
+    const StepResult r = train_step(model, opt, batch, policy, grad_sync, comm, st.step, lr, tc);
+    const double loss = r.loss, grad_norm = r.grad_norm;
+    int stop_signal = r.stop_signal;
     st.tokens_seen += tokens_per_step;
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    if (!r.updated) {
       if (lead)
         std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
                    std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
@@ -376,9 +421,6 @@ int train_run(const TrainOptions& o) {
         break;
       }
     } else {
-      float scale = grad_scale;
-      if (tc.grad_clip > 0 && grad_norm > tc.grad_clip) scale = float(grad_scale * tc.grad_clip / grad_norm);
-      opt.update(model.params_data(), model.grads_data(), model.num_params(), lr, tc, scale);
       loss_acc += loss;
       loss_count++;
       // A loss far above its running mean is logged (the step is kept): an early sign of divergence.

@@ -104,7 +104,7 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
 
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int T, int H, int Hkv, int D) {
   const int W = (H + 2 * Hkv) * D;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (int64_t(B) * T * W >= kParallelMin)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float* row = qkv + ((int64_t)b * T + t) * W;
@@ -132,7 +132,7 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
 }
 
 void heads_merge_forward(float* out, const float* inp, int B, int H, int T, int D) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (int64_t(B) * T * H * D >= kParallelMin)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < H; h++)
