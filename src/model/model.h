@@ -44,8 +44,14 @@ struct Params {
   // Layer l's slice of every stacked tensor.
   LayerWeights<real> layer(int l) const {
     const size_t i = size_t(l);
-    return {ln1 + i * C,    wqkv + i * QKV * C, q_norm + i * D,        k_norm + i * D,
-            wo + i * C * HD, ln2 + i * C,       w_gate_up + i * 2 * F * C, w_down + i * C * F};
+    return {.ln1 = ln1 + i * C,
+            .wqkv = wqkv + i * QKV * C,
+            .q_norm = q_norm + i * D,
+            .k_norm = k_norm + i * D,
+            .wo = wo + i * C * HD,
+            .ln2 = ln2 + i * C,
+            .w_gate_up = w_gate_up + i * 2 * F * C,
+            .w_down = w_down + i * C * F};
   }
 };
 
@@ -91,12 +97,27 @@ struct Activations {
   // Layer l's view for a micro-batch of N rows: the residual stream x at layer l (and l + 1 as x_out), everything
   // else in activation slot `slot` (l when training, 0 when inference reuses one slot for every layer).
   LayerActs<real> layer(int l, int slot, int N) const {
-    const size_t n = size_t(N), s = size_t(slot) * n, NC = n * C;
-    return {x + l * NC,         ln1 + s * C,       rstd1 + s,         qkv,
-            q_pre + s * H * D,  k_pre + s * Hkv * D, rstd_q + s * H,  rstd_k + s * Hkv,
-            q + s * H * D,      k + s * Hkv * D,   v + s * Hkv * D,   att + s * H * D,
-            lse + s * H,        merged,            xa + s * C,        ln2 + s * C,
-            rstd2 + s,          h + s * 2 * F,     act + s * F,       x + (l + 1) * NC};
+    const size_t n = size_t(N), s = size_t(slot) * n;  // s: the slot's first row
+    return {.x = x + size_t(l) * n * C,
+            .ln1 = ln1 + s * C,
+            .rstd1 = rstd1 + s,
+            .qkv = qkv,
+            .q_pre = q_pre + s * H * D,
+            .k_pre = k_pre + s * Hkv * D,
+            .rstd_q = rstd_q + s * H,
+            .rstd_k = rstd_k + s * Hkv,
+            .q = q + s * H * D,
+            .k = k + s * Hkv * D,
+            .v = v + s * Hkv * D,
+            .att = att + s * H * D,
+            .lse = lse + s * H,
+            .merged = merged,
+            .xa = xa + s * C,
+            .ln2 = ln2 + s * C,
+            .rstd2 = rstd2 + s,
+            .h = h + s * 2 * F,
+            .act = act + s * F,
+            .x_out = x + size_t(l + 1) * n * C};
   }
   BackwardScratch<real> scratch() const { return {dres, dtmp, dln, dact, dh, dq, dk, dv, dq_pre, dk_pre}; }
 };

@@ -202,17 +202,17 @@ bool run_dir_has_results(const std::string& dir) {
   return false;
 }
 
-// One optimizer step's tokens: micro_batches micro-batches of this process's B sequences of T tokens each.
+// One optimizer step's tokens: micro_batches micro-batches of this rank's B sequences of T tokens each.
 struct Batch {
   int micro_batches = 0, B = 0, T = 0;
-  int B_all = 0;                         // sequences per micro-batch over all processes (train.batch_size)
+  int B_all = 0;                         // sequences per micro-batch over all ranks (train.batch_size)
   std::vector<int32_t> inputs, targets;  // (micro_batches, B, T); targets are the inputs shifted by one token
   const int32_t* input(int micro) const { return inputs.data() + size_t(micro) * B * T; }
   const int32_t* target(int micro) const { return targets.data() + size_t(micro) * B * T; }
 };
 
-// Draws a step's batch at random positions of `tokens`. Every process draws the whole batch (one RNG stream, as
-// one process would) and keeps its slice: sequences b_first .. b_first + B - 1 of each micro-batch.
+// Draws a step's batch at random positions of `tokens`. Every rank draws the whole batch (one RNG stream, as one
+// process would) and keeps its slice: sequences b_first .. b_first + B - 1 of each micro-batch.
 void batch_draw(Batch& batch, Rng& rng, const std::vector<int32_t>& tokens, int b_first) {
   const int T = batch.T;
   const int64_t max_start = int64_t(tokens.size()) - T - 1;
@@ -227,10 +227,10 @@ void batch_draw(Batch& batch, Rng& rng, const std::vector<int32_t>& tokens, int 
 }
 
 struct StepResult {
-  double loss = 0;       // mean over the step's tokens (all processes)
+  double loss = 0;       // mean over the step's tokens (all ranks)
   double grad_norm = 0;  // of the step's mean gradient, before clipping
   bool updated = false;  // false: the loss or the gradient was not finite, and the update was skipped
-  int stop_signal = 0;   // a stop signal any process had received by the all-reduce (all stop at the same step)
+  int stop_signal = 0;   // a stop signal any rank had received by the all-reduce (all stop at the same step)
 };
 
 // One optimizer step, as llm.c's: forward and backward of each micro-batch (gradients accumulate), all-reduce,
@@ -248,9 +248,9 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
     model.backward(batch.input(micro), batch.B, batch.T);
   }
 
-  grad_sync.finish();  // all-reduce: every process now holds the whole batch's gradient sum
+  grad_sync.finish();  // all-reduce: every rank now holds the whole batch's gradient sum
   r.stop_signal = g_stop_signal;
-  if (comm.size() > 1) {  // the batch's loss, and whether any process was asked to stop, in one all-reduce
+  if (comm.size() > 1) {  // the batch's loss, and whether any rank was asked to stop, in one all-reduce
     double x[2] = {r.loss, double(r.stop_signal)};
     comm.allreduce_sum(x, 2);
     r.loss = x[0];
