@@ -1,8 +1,8 @@
 #include "infer/decoder.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "kernels/decode.h"
