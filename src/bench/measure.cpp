@@ -58,7 +58,6 @@ SampleStats rate_stats(const SampleStats& seconds, double work, double spread_li
 SampleStats scaled(SampleStats s, double scale) {
   for (double* v : {&s.median, &s.min, &s.max, &s.q25, &s.q75}) *v *= scale;
   for (double& v : s.samples) v *= scale;
-  if (scale < 0) std::swap(s.min, s.max), std::swap(s.q25, s.q75);
   return s;
 }
 

@@ -73,7 +73,7 @@ SampleStats ratio_stats(const std::vector<double>& num, const std::vector<double
 SampleStats ratio_stats(const MeasureResult& r, int i, int j);
 // Per-round rate work / seconds_i (tokens/s, FLOP/s from times).
 SampleStats rate_stats(const SampleStats& seconds, double work, double spread_limit);
-// Every value (median, min, max, quartiles, samples) times `scale`; spread and flag unchanged (seconds -> ms).
+// Every value (median, min, max, quartiles, samples) times `scale` > 0; spread and flag unchanged (s -> ms).
 SampleStats scaled(SampleStats s, double scale);
 // Per-round sums of equally long sample lists (the fwd + bwd time of a round).
 std::vector<double> per_round_sum(const std::vector<double>& a, const std::vector<double>& b);
