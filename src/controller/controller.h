@@ -117,7 +117,7 @@ class LayerController {
   int num_heads() const { return H_; }
   int layer_index() const { return layer_; }
 
-  // State tensors under prefix "layers.{l}." (layout in controller.cpp). The writer keeps pointers into
+  // State tensors under prefix "layers.{l}." (layout in controller_state.cpp). The writer keeps pointers into
   // this object: do not update the controller between save() and the writer's write().
   void save(SafetensorsWriter& w, const std::string& prefix) const;
   void load(const SafetensorsReader& r, const std::string& prefix);
