@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -699,6 +700,21 @@ TEST(ControllerRegimes, UnknownNamesAreErrors) {
   c.shape = {3, 2};
   e = error_of([&] { controller_validate(c); });
   EXPECT_NE(e.find("aah.shape"), std::string::npos) << e;
+}
+
+// Every name of the regime table applies and validates; a name ending in _N / _W takes a number there.
+TEST(ControllerRegimes, EveryNameApplies) {
+  for (std::string name : controller_regime_names()) {
+    const size_t n = name.size();
+    if (n > 2 && name[n - 2] == '_' && std::isupper(static_cast<unsigned char>(name[n - 1]))) name[n - 1] = '3';
+    ControllerConfig c = config_for(name);
+    EXPECT_EQ(c.regime, name);
+    if (name == "fixed_window") c.fixed_window = 2;  // takes its window from the knob
+    EXPECT_NO_THROW(controller_validate(c)) << name;
+  }
+  EXPECT_EQ(config_for("fixed_window_007").fixed_window, 7);
+  EXPECT_EQ(config_for("shallow_freeze+control_interval_3").control_interval, 3);
+  EXPECT_EQ(config_for("shallow_freeze+control_interval_3").topology, TopologyMode::freeze);
 }
 
 TEST(ControllerRegimes, GroupingOffHasNoUpperLevels) {
