@@ -158,7 +158,7 @@ void LayerController::shuffle_windows(int step, nlohmann::json* trace) {
 }
 
 // Spec 3 under the regime's topology mode (spec 7), from the smoothed features xbar_.
-void LayerController::build_topology() {
+void LayerController::build_topology(int step) {
   if (!cfg_.grouping) {  // grouping_off: every head its own level-0 item, no upper levels, no siblings
     hier_ = hierarchy_build(level0_singletons(H_), xbar_.data(), H_, {1}, cfg_.lambda, cfg_.eps);
     hier_.pairs.clear();
@@ -191,7 +191,8 @@ void LayerController::build_topology() {
             H_, max_groups, controller_stream_seed(cfg_.seed, kSeedStreamRandomGrouping, uint64_t(layer_), 0));
       }
       hier_ = hierarchy_build(l0, xbar_.data(), H_, cfg_.shape, cfg_.lambda, cfg_.eps);
-      topo_cached_ = true;
+      // reuse_level0 recomputes level 0 at the updates before reuse_cache_step.
+      if (cfg_.topology == TopologyMode::fixed_random || step >= cfg_.reuse_cache_step) topo_cached_ = true;
       break;
     }
   }
@@ -248,7 +249,7 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
   xbar_init_ = true;
   // Spec 3: hierarchy.
   const bool was_cached = topo_cached_;
-  build_topology();
+  build_topology(step);
   // Spec 4, 5.1-5.3: scores, raw choices, parent clamp, head mapping.
   const ControllerDecision d = controller_decide(hier_, scorers_, cfg_.joint_scorer, cfg_.parent_clamp);
   // Spec 5.4-5.6: ramp, resolution EMA, execution windows.

@@ -125,7 +125,7 @@ class LayerController {
  private:
   void set_policy_windows(int step);
   void shuffle_windows(int step, nlohmann::json* trace);
-  void build_topology();
+  void build_topology(int step);
 
   ControllerConfig cfg_;
   int H_, K_, layer_;

@@ -34,6 +34,7 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.shuffle_post_select", &c.shuffle_post_select, {}, "permute final windows across heads at each update (diagnostic)"},
       {"aah.freeze_after_warmup", &c.freeze_after_warmup, {}, "no control updates after train.warmup_steps"},
       {"aah.ramp_steps", &c.ramp_steps, at_least(0), "post-warmup ramp length from full windows to the choice (0: off)"},
+      {"aah.reuse_cache_step", &c.reuse_cache_step, at_least(0), "deep_reuse: cache level 0 at the first update at or after this step"},
   };
 }
 

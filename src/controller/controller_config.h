@@ -15,7 +15,7 @@ namespace aah {
 enum class TopologyMode {
   recompute,     // full_adaptive: level 0 and upper levels rebuilt at every update
   freeze,        // shallow_freeze: the whole topology (level 0, upper levels, pairs) built at the first update, kept
-  reuse_level0,  // deep_reuse: level-0 partition cached at the first update; upper levels rebuilt every update
+  reuse_level0,  // deep_reuse: level-0 partition cached at the first update (>= reuse_cache_step); upper levels rebuilt
   fixed_random,  // fixed_random_grouping: a seeded random level-0 partition, kept; upper levels rebuilt
 };
 
@@ -55,6 +55,7 @@ struct ControllerConfig {
   bool freeze_after_warmup = false;   // no control update after warmup: updates only at steps < warmup_steps (and 0)
   int warmup_steps = 0;               // the training warmup (train.warmup_steps); used by freeze and ramp
   int ramp_steps = 0;                 // post-warmup ramp length in steps; 0 = off (spec default)
+  int reuse_cache_step = 0;           // reuse_level0: level 0 is cached at the first update at or after this step
   uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
 };
 
