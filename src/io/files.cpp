@@ -265,7 +265,8 @@ DirKind dir_kind(const std::string& path) {
   };
   if (has("suite.json")) return DirKind::suite;
   if (has("train.bin") || has("val.bin") || has("meta.json")) return DirKind::corpus;
-  if (has("config.json") && (has("metrics.jsonl") || has("model.safetensors") || has("checkpoint"))) return DirKind::run;
+  // config.json with model.safetensors alone is a Hugging Face model directory (other), not an aah run.
+  if (has("config.json") && (has("metrics.jsonl") || has("checkpoint"))) return DirKind::run;
   std::error_code ec;
   return std::filesystem::is_empty(path, ec) ? DirKind::empty : DirKind::other;
 }

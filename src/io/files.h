@@ -51,7 +51,8 @@ std::vector<std::string> list_dir(const std::string& dir);
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag);
 
 // What a directory is to aah, from the files that mark each kind: a suite (suite.json), a corpus (train.bin,
-// val.bin or meta.json), a run (config.json with metrics.jsonl, model.safetensors or a checkpoint).
+// val.bin or meta.json), a run (config.json with metrics.jsonl or a checkpoint; a Hugging Face model directory is
+// "other").
 enum class DirKind { missing, not_dir, empty, suite, corpus, run, other };
 DirKind dir_kind(const std::string& path);
 const char* dir_kind_name(DirKind k);  // "a corpus directory (train.bin, val.bin)", ...
