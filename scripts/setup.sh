@@ -9,6 +9,7 @@ packages=(
   libcli11-dev             # command line
   libpcre2-dev             # tokenizer regexes
   libutf8proc-dev          # Unicode normalization (NFC) for the tokenizers
+  nettle-dev               # SHA-256 of corpus files, the corpus split and the golden digests (small, made for it)
   libpython3.11-stdlib     # `aah data code` corpus: the Python standard library sources
   libgtest-dev libgmock-dev libbenchmark-dev
   librsvg2-bin libxml2-utils   # tests: the report's SVG figures render (rsvg-convert), HTML/SVG are well-formed

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/process.h"
 #include "io/corpus.h"
 
 namespace aah::test {
@@ -52,7 +53,7 @@ struct TempDir {
 // "" when node runs, else why not.
 inline std::string node_missing() {
   std::string out;
-  const int rc = corpus_run({"node", "--version"}, "", &out);
+  const int rc = process_run({"node", "--version"}, {.output = &out});
   return rc == 0 ? "" : "node is not installed (" + out + ")";
 }
 
@@ -72,7 +73,7 @@ inline void run_node(const std::string& node_path, const std::vector<std::string
   std::vector<std::string> argv = {"env", "NODE_PATH=" + node_path, "node"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string out;
-  const int rc = corpus_run(argv, "", &out);
+  const int rc = process_run(argv, {.output = &out});
   ASSERT_EQ(rc, 0) << "node failed: " << (out.size() > 1500 ? "..." + out.substr(out.size() - 1500) : out);
 }
 

@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -701,6 +702,21 @@ TEST(ControllerRegimes, UnknownNamesAreErrors) {
   EXPECT_NE(e.find("aah.shape"), std::string::npos) << e;
 }
 
+// Every name of the regime table applies and validates; a name ending in _N / _W takes a number there.
+TEST(ControllerRegimes, EveryNameApplies) {
+  for (std::string name : controller_regime_names()) {
+    const size_t n = name.size();
+    if (n > 2 && name[n - 2] == '_' && std::isupper(static_cast<unsigned char>(name[n - 1]))) name[n - 1] = '3';
+    ControllerConfig c = config_for(name);
+    EXPECT_EQ(c.regime, name);
+    if (name == "fixed_window") c.fixed_window = 2;  // takes its window from the knob
+    EXPECT_NO_THROW(controller_validate(c)) << name;
+  }
+  EXPECT_EQ(config_for("fixed_window_007").fixed_window, 7);
+  EXPECT_EQ(config_for("shallow_freeze+control_interval_3").control_interval, 3);
+  EXPECT_EQ(config_for("shallow_freeze+control_interval_3").topology, TopologyMode::freeze);
+}
+
 TEST(ControllerRegimes, GroupingOffHasNoUpperLevels) {
   LayerController lc(config_for("grouping_off"), 8, 0);
   Rng rng(2);
@@ -763,6 +779,38 @@ TEST(ControllerRegimes, DeepReuseKeepsLevel0AndRebuildsUpperLevels) {
   EXPECT_EQ(reuse.hierarchy().levels[0].members, l0);
   EXPECT_EQ(reuse.hierarchy().levels[1].members, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
   EXPECT_EQ(adaptive.hierarchy().levels[0].members, (HeadPartition{{0, 1, 4, 5}, {2, 3}, {6, 7}}));
+}
+
+// aah.reuse_cache_step = k: deep_reuse recomputes level 0 at the updates before step k and caches the partition of
+// the first update at or after k. Features (no feature EMA): A, then B at step 5, then A again at step 10. A gives
+// level 0 {0,1} {2,3} {4,5} {6,7}; B merges heads 0,1,4,5 (cos 0.99875 >= 0.995): {0,1,4,5} {2,3} {6,7}.
+TEST(ControllerRegimes, DeepReuseCachesLevel0FromReuseCacheStep) {
+  const auto A = feats({{1}, {1}, {0, 1}, {0, 1}, {0, 0, 1}, {0, 0, 1}, {0, 0, 0, 1}, {0, 0, 0, 1}});
+  const auto B = feats({{1}, {1}, {0, 1}, {0, 1}, {1, 0, 0, 0, 0, 0.05}, {1, 0, 0, 0, 0, 0.05}, {0, 0, 0, 1}, {0, 0, 0, 1}});
+  const HeadPartition partA = {{0, 1}, {2, 3}, {4, 5}, {6, 7}}, partB = {{0, 1, 4, 5}, {2, 3}, {6, 7}};
+  ControllerConfig first = config_for("deep_reuse+no_feature_ema");  // reuse_cache_step 0: cached at step 0
+  ControllerConfig late = first;
+  late.reuse_cache_step = 3;  // updates at 0, 5, 10: the first at or after 3 is step 5
+  LayerController f(first, 8, 0), l(late, 8, 0);
+  f.update(A.data(), 0, nullptr);
+  l.update(A.data(), 0, nullptr);
+  EXPECT_TRUE(f.topology_cached());
+  EXPECT_FALSE(l.topology_cached());
+  EXPECT_EQ(l.hierarchy().levels[0].members, partA);
+  nlohmann::json t;
+  f.update(B.data(), 5, nullptr);
+  l.update(B.data(), 5, &t);
+  EXPECT_EQ(t["topology"], "recomputed");  // level 0 of step 5 computed from B, then cached
+  EXPECT_TRUE(l.topology_cached());
+  EXPECT_EQ(f.hierarchy().levels[0].members, partA);
+  EXPECT_EQ(l.hierarchy().levels[0].members, partB);
+  f.update(A.data(), 10, nullptr);
+  l.update(A.data(), 10, &t);
+  EXPECT_EQ(t["topology"], "level0_cached");
+  EXPECT_EQ(f.hierarchy().levels[0].members, partA);
+  EXPECT_EQ(l.hierarchy().levels[0].members, partB);  // kept from step 5, not recomputed from A
+  late.reuse_cache_step = -1;
+  EXPECT_NE(error_of([&] { controller_validate(late); }).find("'aah.reuse_cache_step' must be >= 0"), std::string::npos);
 }
 
 TEST(ControllerRegimes, FixedRandomGroupingIsKept) {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/process.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/suite.h"
@@ -139,7 +140,8 @@ Child run_aah(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {AAH_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   Child c;
-  c.rc = run_child(argv, [&](const std::string& line) { c.err += line + "\n"; }, &c.out);
+  c.rc = process_run(argv,
+                     {.output = &c.out, .on_stderr_line = [&](const std::string& line) { c.err += line + "\n"; }});
   return c;
 }
 
@@ -181,7 +183,8 @@ std::string fixed(double v, int decimals) {
 // The tool that checks a figure renders (Debian librsvg2-bin, installed by scripts/setup.sh).
 bool renders(const std::string& svg, const std::string& png) {
   std::string out;
-  const int rc = run_child({"/usr/bin/rsvg-convert", svg, "-o", png}, [&](const std::string& l) { out += l; });
+  const int rc = process_run({"/usr/bin/rsvg-convert", svg, "-o", png},
+                             {.on_stderr_line = [&](const std::string& l) { out += l; }});
   if (rc != 0) ADD_FAILURE() << svg << " does not render: " << out;
   std::ifstream f(png, std::ios::binary);
   char magic[8] = {};
@@ -191,7 +194,8 @@ bool renders(const std::string& svg, const std::string& png) {
 
 bool well_formed_xml(const std::string& path) {
   std::string out;
-  const int rc = run_child({"/usr/bin/xmllint", "--noout", path}, [&](const std::string& l) { out += l + "\n"; });
+  const int rc = process_run({"/usr/bin/xmllint", "--noout", path},
+                             {.on_stderr_line = [&](const std::string& l) { out += l + "\n"; }});
   if (rc != 0) ADD_FAILURE() << path << " is not well-formed XML: " << out;
   return rc == 0;
 }

@@ -14,7 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
-#include "io/corpus.h"
+#include "core/process.h"
+#include "io/checksum.h"
 #include "io/files.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -99,7 +100,7 @@ std::string aah(std::vector<std::string> args) {
   std::vector<std::string> argv = {"env", "OMP_NUM_THREADS=2", AAH_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string out;
-  const int rc = corpus_run(argv, "", &out);
+  const int rc = process_run(argv, {.output = &out});
   EXPECT_EQ(rc, 0) << out;
   return out;
 }

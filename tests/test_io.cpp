@@ -185,6 +185,20 @@ TEST(IoChecksum, Crc32cKnownValues) {
   EXPECT_EQ(checksum_str(0xE3069283u), "crc32c:e3069283");
 }
 
+TEST(IoChecksum, Sha256KnownValues) {
+  // FIPS 180-4 examples (NIST CSRC): "abc", the 448-bit message, one million 'a'; and the empty message.
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // the digest of parts is the digest of their concatenation, wherever the cuts fall
+  const std::string text = "The quick brown fox jumps over the lazy dog, and once more: the quick brown fox jumps.";
+  const auto whole = sha256({text});
+  for (size_t cut = 0; cut <= text.size(); cut++)
+    EXPECT_EQ(sha256({std::string_view(text).substr(0, cut), std::string_view(text).substr(cut)}), whole) << cut;
+}
+
 TEST_F(IoSafetensors, CorruptDataIsDetected) {
   std::vector<float> w(1000);
   for (int i = 0; i < 1000; i++) w[i] = 0.001f * i;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
 namespace aah {
@@ -184,13 +184,13 @@ TEST(Kernels, CrossEntropy) {
 TEST(Kernels, ExpApproximation) {
   double worst = 0;
   for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
-    const double e = std::fabs(cpu::exp_scalar(x) - std::exp(double(x))) / std::exp(double(x));
+    const double e = std::fabs(cpu::vexp_scalar(x) - std::exp(double(x))) / std::exp(double(x));
     worst = std::max(worst, e);
   }
   EXPECT_LT(worst, 5e-7);
   std::vector<float> xs(1000), out(1000);
   for (int i = 0; i < 1000; i++) xs[i] = -20.0f + 0.04f * i;
-  const float sum = cpu::exp_shifted_sum(out.data(), xs.data(), 1.5f, 1000);
+  const float sum = cpu::vexp_shifted_sum(out.data(), xs.data(), 1.5f, 1000);
   double ref_sum = 0;
   for (int i = 0; i < 1000; i++) {
     const double e = std::exp(double(xs[i] - 1.5f));  // the kernel subtracts in float
@@ -198,6 +198,30 @@ TEST(Kernels, ExpApproximation) {
     EXPECT_NEAR(out[i], e, 5e-7 * e);
   }
   EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
+}
+
+// vexp_masked is vexp, bit for bit, from kVexpZeroBelow up, and exactly 0 below it, for -inf and for NaN; the
+// vector and scalar versions agree (the masked shifted sum of the dense attention included).
+TEST(Kernels, ExpMaskedIsExpAboveTheCut) {
+  std::vector<float> xs = {-INFINITY, NAN, -1e30f, -88.0f, -87.2f, -87.0f, -86.99f, 0.0f, 80.0f};
+  Rng rng(3);
+  for (int i = 0; i < 4000; i++) xs.push_back(-100.0f + 180.0f * float(rng.uniform()));
+  std::vector<float> e(xs.size()), m(xs.size());
+  cpu::vexp_shifted_sum(e.data(), xs.data(), 0.0f, int(xs.size()));
+  const float msum = cpu::vexp_shifted_sum</*MASKED=*/true>(m.data(), xs.data(), 0.0f, int(xs.size()));
+  double ref = 0;
+  for (size_t i = 0; i < xs.size(); i++) {
+    const float x = xs[i];
+    const bool keep = x >= cpu::kVexpZeroBelow;
+    EXPECT_EQ(cpu::vexp_masked_scalar(x), keep ? cpu::vexp_scalar(x) : 0.0f) << x;
+    if (!std::isnan(x)) {
+      EXPECT_EQ(e[i], cpu::vexp_scalar(x)) << x;  // vector body = scalar tail
+    }
+    EXPECT_EQ(m[i], keep ? e[i] : 0.0f) << x;
+    ref += m[i];
+  }
+  EXPECT_NEAR(msum, ref, 1e-6 * ref);
+  for (float x : {88.4f, 88.6f, 88.8f, INFINITY}) EXPECT_EQ(cpu::vexp_masked_scalar(x), cpu::vexp_scalar(x)) << x;
 }
 
 // Reductions split by channel, never by row: the same bits with 1 thread or 2.

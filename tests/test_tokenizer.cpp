@@ -199,7 +199,7 @@ TEST(TokUnicode, NfcMatchesPython) {
              "xs = json.load(open(sys.argv[1], encoding='utf-8'))\n"
              "json.dump([unicodedata.normalize('NFC', x) for x in xs], open(sys.argv[2], 'w', encoding='utf-8'))\n");
   std::string out;
-  const int rc = corpus_run({"python3", script, inp, d.path + "/out.json"}, "", &out);
+  const int rc = process_run({"python3", script, inp, d.path + "/out.json"}, {.output = &out});
   if (rc == 127) GTEST_SKIP() << "python3 not available";
   ASSERT_EQ(rc, 0) << out;
   const json ref = json::parse(read_file(d.path + "/out.json"));

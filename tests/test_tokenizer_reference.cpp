@@ -239,7 +239,7 @@ TEST(TokHf, RealAndTrainedTokenizersMatchHfTokenizers) {
   {
     std::string out;
     const std::string probe = d.file("probe.js", "require(process.argv[2]);\n");
-    if (corpus_run({"node", probe, hf_dir}, "", &out) != 0)
+    if (process_run({"node", probe, hf_dir}, {.output = &out}) != 0)
       GTEST_SKIP() << "HF tokenizers' native module does not load on this platform: " << out.substr(0, 500);
   }
   const std::string enc_js = d.file("enc.js", R"(

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -224,6 +225,40 @@ TEST(Config, RoundTripsThroughConfigJson) {
   Config d;
   config_apply_json(d, j, "config.json");
   EXPECT_EQ(config_to_json(d), j);
+}
+
+// Every key is one table row: --help-config describes every key config.json holds, explicit knobs refine the regime
+// and read back from config.json, a regime clears them, enum knobs take only their names.
+TEST(Config, KeysAreDescribedAndKnobsRoundTrip) {
+  Config c;
+  config_set(c, "aah.regime=shallow_freeze");
+  config_set(c, "aah.topology=reuse_level0");
+  config_set(c, "aah.tau=0.9");
+  config_set(c, "aah.windows=[8,64,256]");
+  std::set<std::string> described;
+  for (auto& [k, v] : config_describe(c)) described.insert(k);
+  const nlohmann::json j = config_to_json(c);
+  for (auto& [k, v] : j.items()) {
+    if (v.is_object())
+      for (auto& [k2, v2] : v.items()) EXPECT_TRUE(described.count(k + "." + k2)) << k << "." << k2;
+    else if (k != "architectures" && k != "model_type" && k != "torch_dtype" && k != "hidden_act" &&
+             k != "attention_bias" && k != "max_position_embeddings")
+      EXPECT_TRUE(described.count(k)) << k;
+  }
+  EXPECT_EQ(j["aah"]["topology"], "reuse_level0");
+  EXPECT_EQ(j["aah"]["shape"], nlohmann::json({2}));  // from the regime
+  EXPECT_EQ(j["aah"]["tau"], 0.9);
+  EXPECT_EQ(j["aah"]["windows"], nlohmann::json({8, 64, 256}));
+  Config d;
+  config_apply_json(d, j, "config.json");
+  EXPECT_EQ(config_to_json(d), j);
+  EXPECT_EQ(controller_config_of(d).topology, TopologyMode::reuse_level0);
+  config_set(c, "aah.regime=deep_reuse");
+  EXPECT_EQ(controller_config_of(c).tau, 0.995);
+  EXPECT_EQ(controller_config_of(c).windows, (std::vector<int>{32, 64, 128, 256}));
+  EXPECT_NE(error_of([&] { config_set(c, "aah.policy=sometimes"); })
+                .find("'aah.policy' must be one of controller, off, fixed, deterministic, random"),
+            std::string::npos);
 }
 
 // A Hugging Face config.json: keys aah does not use are ignored, values that would change the model are refused.

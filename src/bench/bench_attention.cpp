@@ -4,19 +4,17 @@
 //   full      every head W = T (plain causal)
 //   T/8       every head W = T/8
 //   adaptive  [T/8, T/8, T/8, T/8, T/4, T/4, T/2, T] (the paper's Full-adaptive mix, rounded to 8 heads)
-// Columns: ms (median of 7 runs at T = 1024, 5 at T = 4096, after a warmup; all configurations of a (T, D) are
-// interleaved run by run), pair_ratio = visible pairs / visible pairs of "full",
-// time_ratio = ms / ms of "full" (same T, D, path, pass), gflops and its share of an sgemm (1024^3, row-major)
-// measured in this process, and for the tiled path its speedup over the dense path.
+// Columns: ms (median over the rounds of measure.h: all configurations of a (T, D), forward and backward, and an
+// sgemm (1024^3, row-major) run interleaved, round after round), its spread (IQR / median), pair_ratio = visible
+// pairs / visible pairs of "full", time_ratio = time / time of "full" (same T, D, path, pass) per round, then its
+// median, gflops and its share of the sgemm (per round), and for the tiled path its speedup over the dense path
+// (per round). '!' marks a figure whose spread is over the limit (--spread): not a result.
 // FLOP counting (useful work, visible causal pairs only, whatever the path executes): forward 4 D per pair
 // (QK^T and PV), backward 8 D per pair (dP = dO V^T, dV, dK, dQ; the recomputation of QK^T, 2 D more, is not
 // counted), fwd+bwd 12 D per pair.
 // The dense path at T = 4096 runs all window sets for D = 64 only (its cost does not depend on the windows);
 // for D = 32 and 128 it runs the full set.
 #include "bench/bench_attention.h"
-
-#include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -33,29 +31,26 @@
 namespace aah {
 namespace {
 
-
-double attn_bench_median(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 struct AttnBenchRow {
   int T, D;
   std::string window_set, path, pass;
   std::vector<int> windows;
-  double ms, pair_ratio, time_ratio, gflops, pct_sgemm, speedup_vs_dense;  // speedup < 0: not measured
   uint64_t pairs;
+  double pair_ratio, gflops, sgemm_gflops;
+  SampleStats ms, time_ratio, pct_sgemm, speedup_vs_dense;  // speedup: n = 0 when not measured
+  bool flagged() const {
+    return ms.flagged || (window_set != "full" && time_ratio.flagged) ||
+           (speedup_vs_dense.n > 0 && speedup_vs_dense.flagged);
+  }
 };
 
 }  // namespace
 
-int bench_attention(bool json) {
+int bench_attention(const BenchOptions& o) {
   const int B = 1, H = 8;
-  // The sgemm reference: the better of a measurement before and one after the attention runs, so that a burst of
-  // other load on the machine during one of them does not inflate the percentages.
-  double sgemm = bench_sgemm_gflops();
+  const SgemmBench sgemm;
   std::vector<AttnBenchRow> rows;
-  if (!json) std::printf("attention bench: B=%d H=%d, %d threads\n", B, H, num_threads());
+  if (!o.json) std::printf("attention bench: B=%d H=%d, %d threads\n", B, H, num_threads());
 
   for (int T : {1024, 4096})
     for (int D : {32, 64, 128}) {
@@ -72,83 +67,96 @@ int bench_attention(bool json) {
       };
       const auto q = randn(nq), k = randn(nq), v = randn(nq), dout = randn(nq);
       std::vector<float> dq(nq), dk(nq), dv(nq);
-      // One run per (path, window set); the runs are interleaved rep by rep, so that slow drifts of the machine's
-      // load hit every configuration alike and the time ratios stay meaningful.
+      // One run per (path, window set), each a forward case and a backward case (cases 2 r and 2 r + 1; the
+      // backward reads the forward's output), then the sgemm: all interleaved round by round (measure.h).
       struct Run {
         int path, set;
         std::vector<float> out, lse;
-        std::vector<double> tf, tb;
       };
       std::vector<Run> runs;
       for (int path = 0; path < 2; path++)
         for (int si = 0; si < (int)sets.size(); si++) {
           if (path == 1 && T >= 4096 && si > 0 && D != 64) continue;  // dense cost is window-independent
-          runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(B) * H * T), {}, {}});
+          runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(B) * H * T)});
         }
-      auto fwd = [&](Run& r) {
-        const int* win = sets[r.set].second.data();
-        const double t0 = now_seconds();
-        if (r.path == 0)
-          cpu::attn_local_forward(r.out.data(), r.lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                  nullptr, nullptr);
-        else
-          cpu::attn_dense_forward(r.out.data(), r.lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                  nullptr, nullptr);
-        return now_seconds() - t0;
-      };
-      auto bwd = [&](Run& r) {
-        const int* win = sets[r.set].second.data();
-        const double t0 = now_seconds();
-        if (r.path == 0)
-          cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), r.out.data(), r.lse.data(),
-                                   q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
-        else
-          cpu::attn_dense_backward(dq.data(), dk.data(), dv.data(), dout.data(), r.out.data(), r.lse.data(),
-                                   q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
-        return now_seconds() - t0;
-      };
-      const int reps = T >= 4096 ? 5 : 7;
-      for (auto& r : runs) fwd(r), bwd(r);  // warmup
-      for (int rep = 0; rep < reps; rep++)
-        for (auto& r : runs) r.tf.push_back(fwd(r)), r.tb.push_back(bwd(r));
+      std::vector<MeasureCase> cases;
+      MeasureOptions mo = o.measure;
+      for (size_t ri = 0; ri < runs.size(); ri++) {
+        Run* r = &runs[ri];
+        const int* win = sets[r->set].second.data();
+        const std::string name = std::string(r->path == 0 ? "tiled " : "dense ") + sets[r->set].first;
+        cases.push_back({name + " fwd", [&, r, win] {
+                           if (r->path == 0)
+                             cpu::attn_local_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win,
+                                                     B, H, H, T, D, nullptr, nullptr);
+                           else
+                             cpu::attn_dense_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win,
+                                                     B, H, H, T, D, nullptr, nullptr);
+                         }});
+        cases.push_back({name + " bwd", [&, r, win] {
+                           if (r->path == 0)
+                             cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
+                                                      r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
+                                                      nullptr);
+                           else
+                             cpu::attn_dense_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
+                                                      r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
+                                                      nullptr);
+                         }});
+        // the time ratios against full windows are the results: wait for them to settle too
+        for (size_t fi = 0; fi < runs.size(); fi++)
+          if (runs[fi].path == r->path && runs[fi].set == 0 && fi != ri)
+            for (int p = 0; p < 2; p++) mo.ratios.push_back({int(2 * ri) + p, int(2 * fi) + p});
+      }
+      cases.push_back(sgemm.make_case());
+      const int i_sgemm = int(cases.size()) - 1;
+      if (!o.json) std::fprintf(stderr, "[attention] T=%d D=%d: %zu cases\n", T, D, cases.size());
+      const MeasureResult res = measure_interleaved(cases, mo);
+      const double lim = res.spread_limit;
+      const double sgemm_gflops = rate_stats(res.cases[i_sgemm], sgemm.flops(), lim).median / 1e9;
 
+      // Per-round seconds of run ri in pass p (0 fwd, 1 bwd, 2 fwd+bwd).
+      auto secs = [&](size_t ri, int p) {
+        if (p < 2) return res.cases[2 * ri + p].samples;
+        return per_round_sum(res.cases[2 * ri].samples, res.cases[2 * ri + 1].samples);
+      };
       const uint64_t full_pairs = uint64_t(B) * H * attn_visible_pairs(T, T);
-      double full_ms[2][3] = {};  // [path][pass]
-      const size_t first = rows.size();
-      for (auto& r : runs) {
+      const char* passes[3] = {"fwd", "bwd", "fwd+bwd"};
+      const double flops_per_pair_d[3] = {4.0, 8.0, 12.0};
+      for (size_t ri = 0; ri < runs.size(); ri++) {
+        const Run& r = runs[ri];
         const auto& [name, win] = sets[r.set];
         uint64_t pairs = 0;
         for (int w : win) pairs += uint64_t(B) * attn_visible_pairs(T, w);
-        const double tf = attn_bench_median(r.tf), tb = attn_bench_median(r.tb);
-        const double secs[3] = {tf, tb, tf + tb};
-        const double flops[3] = {4.0 * pairs * D, 8.0 * pairs * D, 12.0 * pairs * D};
-        const char* passes[3] = {"fwd", "bwd", "fwd+bwd"};
+        size_t full_ri = ri, dense_ri = ri;
+        bool have_dense = false;
+        for (size_t fi = 0; fi < runs.size(); fi++) {
+          if (runs[fi].path == r.path && runs[fi].set == 0) full_ri = fi;
+          if (r.path == 0 && runs[fi].path == 1 && runs[fi].set == r.set) dense_ri = fi, have_dense = true;
+        }
         for (int p = 0; p < 3; p++) {
-          if (r.set == 0) full_ms[r.path][p] = secs[p] * 1e3;
+          const std::vector<double> t = secs(ri, p);
+          const double flops = flops_per_pair_d[p] * double(pairs) * D;
           AttnBenchRow row;
           row.T = T, row.D = D, row.window_set = name, row.path = r.path == 0 ? "tiled" : "dense";
           row.pass = passes[p];
           row.windows = win;
-          row.ms = secs[p] * 1e3;
           row.pairs = pairs;
           row.pair_ratio = double(pairs) / full_pairs;
-          row.time_ratio = row.ms / full_ms[r.path][p];
-          row.gflops = flops[p] / secs[p] / 1e9;
-          row.speedup_vs_dense = -1.0;
+          row.ms = scaled(sample_stats(t, lim), 1e3);
+          row.time_ratio = ratio_stats(t, secs(full_ri, p), lim);
+          row.gflops = flops / (row.ms.median / 1e3) / 1e9;
+          row.sgemm_gflops = sgemm_gflops;
+          // share of the sgemm's rate, per round: (flops / t) / (sgemm flops / t_sgemm)
+          row.pct_sgemm = scaled(ratio_stats(res.cases[i_sgemm].samples, t, lim), 100 * flops / sgemm.flops());
+          if (have_dense) row.speedup_vs_dense = ratio_stats(secs(dense_ri, p), t, lim);
           rows.push_back(row);
         }
       }
-      for (size_t i = first; i < rows.size(); i++)  // the tiled rows' speedup over the dense run of the same set
-        for (size_t j = first; j < rows.size(); j++)
-          if (rows[i].path == "tiled" && rows[j].path == "dense" && rows[i].window_set == rows[j].window_set &&
-              rows[i].pass == rows[j].pass)
-            rows[i].speedup_vs_dense = rows[j].ms / rows[i].ms;
     }
-  sgemm = std::max(sgemm, bench_sgemm_gflops());
-  for (auto& r : rows) r.pct_sgemm = 100.0 * r.gflops / sgemm;
-  if (!json) std::printf("sgemm 1024^3 in this process: %.1f GFLOP/s\n", sgemm);
 
-  if (json) {
+  const bool ss = o.samples;
+  if (o.json) {
     for (const auto& r : rows) {
       nlohmann::json j = {{"bench", "attention"}, {"B", B},
                           {"H", H},
@@ -158,44 +166,67 @@ int bench_attention(bool json) {
                           {"windows", r.windows},
                           {"path", r.path},
                           {"pass", r.pass},
-                          {"ms", r.ms},
+                          {"ms", r.ms.median},
                           {"pairs", r.pairs},
                           {"pair_ratio", r.pair_ratio},
-                          {"time_ratio", r.time_ratio},
-                          {"time_over_pair_ratio", r.time_ratio / r.pair_ratio},
+                          {"time_ratio", r.time_ratio.median},
+                          {"time_over_pair_ratio", r.time_ratio.median / r.pair_ratio},
                           {"gflops", r.gflops},
-                          {"sgemm_gflops", sgemm},
-                          {"pct_sgemm", r.pct_sgemm},
+                          {"sgemm_gflops", r.sgemm_gflops},
+                          {"pct_sgemm", r.pct_sgemm.median},
+                          {"rounds", r.ms.n},
                           {"threads", num_threads()}};
-      j["speedup_vs_dense"] = r.speedup_vs_dense > 0 ? nlohmann::json(r.speedup_vs_dense) : nlohmann::json(nullptr);
+      j["speedup_vs_dense"] = r.speedup_vs_dense.n > 0 ? nlohmann::json(r.speedup_vs_dense.median) : nlohmann::json(nullptr);
+      j["stats"] = {{"ms", stats_json(r.ms, ss)},
+                    {"time_ratio", stats_json(r.time_ratio, ss)},
+                    {"time_over_pair_ratio", stats_json(scaled(r.time_ratio, 1 / r.pair_ratio), ss)},
+                    {"pct_sgemm", stats_json(r.pct_sgemm, ss)}};
+      if (r.speedup_vs_dense.n > 0) j["stats"]["speedup_vs_dense"] = stats_json(r.speedup_vs_dense, ss);
+      j["flagged"] = r.flagged();
       std::printf("%s\n", j.dump().c_str());
     }
     return 0;
   }
 
-  std::printf("%5s %4s %-9s %-6s %-8s %10s %7s %7s %7s %8s %7s %8s\n", "T", "D", "windows", "path", "pass", "ms",
-              "pairs", "time", "t/p", "GFLOP/s", "%sgemm", "vs dense");
+  std::printf("%5s %4s %-9s %-6s %-8s %10s %6s %7s %7s %6s %8s %7s %8s\n", "T", "D", "windows", "path", "pass", "ms",
+              "spread", "pairs", "time", "t/p", "GFLOP/s", "%sgemm", "vs dense");
+  bool any_flag = false;
   for (const auto& r : rows) {
-    char vs[16] = "";
-    if (r.speedup_vs_dense > 0) std::snprintf(vs, sizeof vs, "%.2fx", r.speedup_vs_dense);
-    std::printf("%5d %4d %-9s %-6s %-8s %10.2f %7.4f %7.4f %7.3f %8.1f %6.1f%% %8s\n", r.T, r.D,
-                r.window_set.c_str(), r.path.c_str(), r.pass.c_str(), r.ms, r.pair_ratio, r.time_ratio,
-                r.time_ratio / r.pair_ratio, r.gflops, r.pct_sgemm, vs);
+    char vs[24] = "";
+    if (r.speedup_vs_dense.n > 0)
+      std::snprintf(vs, sizeof vs, "%.2fx%s", r.speedup_vs_dense.median, flag_mark(r.speedup_vs_dense));
+    const bool ratio_flag = r.window_set != "full" && r.time_ratio.flagged;
+    std::printf("%5d %4d %-9s %-6s %-8s %9.2f%1s %5.1f%% %7.4f %7.4f %6.3f%1s %8.1f %6.1f%% %8s\n", r.T, r.D,
+                r.window_set.c_str(), r.path.c_str(), r.pass.c_str(), r.ms.median, flag_mark(r.ms),
+                100 * r.ms.spread, r.pair_ratio, r.time_ratio.median, r.time_ratio.median / r.pair_ratio,
+                ratio_flag ? "!" : "", r.gflops, r.pct_sgemm.median, vs);
+    any_flag = any_flag || r.flagged();
   }
+  std::printf("per (T, D): rounds, sgemm 1024^3 GFLOP/s in this process:");
+  for (size_t i = 0; i < rows.size(); i++)
+    if (i == 0 || rows[i].T != rows[i - 1].T || rows[i].D != rows[i - 1].D)
+      std::printf("  %d/%d: %d, %.1f", rows[i].T, rows[i].D, rows[i].ms.n, rows[i].sgemm_gflops);
+  std::printf("\n");
   // Goals at T = 4096 (tiled path): time ratio <= 1.15 x pair ratio; full fwd+bwd >= 35% of sgemm; >= 4x dense.
   std::printf("\nT=4096 goals (tiled): time_ratio/pair_ratio <= 1.15, full fwd+bwd >= 35%% sgemm, >= 4x dense\n");
   for (int D : {32, 64, 128}) {
     double worst = 0, pct = 0, speed = 0;
+    bool worst_flag = false, pct_flag = false, speed_flag = false;
     for (const auto& r : rows) {
       if (r.T != 4096 || r.D != D || r.path != "tiled") continue;
-      if (r.window_set != "full" && r.pass != "fwd+bwd") worst = std::max(worst, r.time_ratio / r.pair_ratio);
-      if (r.window_set == "full" && r.pass == "fwd+bwd") pct = r.pct_sgemm, speed = r.speedup_vs_dense;
+      if (r.window_set != "full" && r.pass != "fwd+bwd" && r.time_ratio.median / r.pair_ratio > worst)
+        worst = r.time_ratio.median / r.pair_ratio, worst_flag = r.time_ratio.flagged;
+      if (r.window_set == "full" && r.pass == "fwd+bwd")
+        pct = r.pct_sgemm.median, speed = r.speedup_vs_dense.median, pct_flag = r.pct_sgemm.flagged,
+        speed_flag = r.speedup_vs_dense.n > 0 && r.speedup_vs_dense.flagged;
     }
-    std::printf("  D=%-3d worst time/pair ratio %.3f   full fwd+bwd %.1f%% of sgemm   %.2fx the dense path\n", D,
-                worst, pct, speed);
+    std::printf("  D=%-3d worst time/pair ratio %.3f%s   full fwd+bwd %.1f%%%s of sgemm   %.2fx%s the dense path\n", D,
+                worst, worst_flag ? "!" : "", pct, pct_flag ? "!" : "", speed, speed_flag ? "!" : "");
+    any_flag = any_flag || pct_flag;
   }
   std::printf("FLOPs counted: fwd 4*pairs*D, bwd 8*pairs*D (visible causal pairs only). Dense at T=4096: all window"
               " sets for D=64, full only for D=32/128.\n");
+  if (any_flag) print_flag_note(o.measure.spread);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "bench/bench_decode.h"
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,71 +17,90 @@ namespace aah {
 
 namespace {
 
-struct DecodeRow {
-  std::string window_set;
-  double window_ratio = 1, kv_bytes = 0, prefill_tok_s = 0, decode_tok_s = 0, decode_attn_pairs = 0;
+// One window set: its own model (weights identical across sets) and a decoder made afresh every round.
+struct DecodeSet {
+  std::string name;
+  std::vector<int> head_windows;  // (H) the same in every layer
+  std::unique_ptr<Model<float>> model;
+  std::unique_ptr<Decoder> dec;
+  double kv_bytes = 0, decode_attn_pairs = 0, window_ratio = 1;
 };
-
-DecodeRow run(const ModelConfig& m, const std::vector<int>& head_windows, const std::string& name, int T, int steps) {
-  Model<float> model(m, 1, T, /*with_grads=*/false);
-  model.init_weights(0);
-  const int L = m.num_hidden_layers, H = m.num_attention_heads;
-  for (int l = 0; l < L; l++)
-    for (int h = 0; h < H; h++) model.windows()[size_t(l) * H + h] = head_windows[h];
-  Rng rng(1);
-  std::vector<int32_t> tokens(T);
-  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
-  const int prompt = T - steps;
-  Decoder dec(model, T);
-  double t0 = now_seconds();
-  const float* logits = dec.prefill(tokens.data(), prompt);
-  const double prefill_s = now_seconds() - t0;
-  t0 = now_seconds();
-  for (int i = 0; i < steps; i++) logits = dec.step(tokens[prompt + i]);
-  const double decode_s = now_seconds() - t0;
-  (void)logits;
-  DecodeRow r;
-  r.window_set = name;
-  double wsum = 0;
-  for (int w : head_windows) wsum += double(w) / T;
-  r.window_ratio = wsum / H;
-  r.kv_bytes = double(dec.cache().bytes());
-  r.prefill_tok_s = prompt / prefill_s;
-  r.decode_tok_s = steps / decode_s;
-  r.decode_attn_pairs = dec.attention_pairs() / steps;
-  return r;
-}
 
 }  // namespace
 
-int bench_decode(bool json) {
+int bench_decode(const BenchOptions& o) {
   const ModelConfig m = bench_c_model();
-  const int T = 4096, steps = 128;
+  const int T = 4096, steps = 128, prompt = T - steps;
+  const int L = m.num_hidden_layers, H = m.num_attention_heads;
   // The paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T) on 8 heads: 4 x T/8, 2 x T/4,
   // 1 x T/2, 1 x T per layer.
-  const std::vector<int> mix = {T / 8, T / 8, T / 8, T / 8, T / 4, T / 4, T / 2, T};
-  const DecodeRow full = run(m, std::vector<int>(8, T), "full", T, steps);
-  const DecodeRow adaptive = run(m, mix, "full_adaptive_mix", T, steps);
-  for (const DecodeRow* r : {&full, &adaptive}) {
-    const double kv_ratio = r->kv_bytes / full.kv_bytes, time_ratio = full.decode_tok_s / r->decode_tok_s;
-    if (json) {
+  std::vector<DecodeSet> sets(2);
+  sets[0].name = "full", sets[0].head_windows = std::vector<int>(H, T);
+  sets[1].name = "full_adaptive_mix", sets[1].head_windows = {T / 8, T / 8, T / 8, T / 8, T / 4, T / 4, T / 2, T};
+  Rng rng(1);
+  std::vector<int32_t> tokens(T);
+  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  // Cases per set: prefill of the prompt (into a fresh decoder, made untimed), then `steps` decode steps.
+  std::vector<MeasureCase> cases;
+  for (DecodeSet& s : sets) {
+    s.model = std::make_unique<Model<float>>(m, 1, T, /*with_grads=*/false);
+    s.model->init_weights(0);
+    for (int l = 0; l < L; l++)
+      for (int h = 0; h < H; h++) s.model->windows()[size_t(l) * H + h] = s.head_windows[h];
+    double wsum = 0;
+    for (int w : s.head_windows) wsum += double(w) / T;
+    s.window_ratio = wsum / H;
+    DecodeSet* p = &s;
+    cases.push_back({s.name + " prefill", [p, &tokens, prompt] { p->dec->prefill(tokens.data(), prompt); },
+                     [p, T] {
+                       p->dec.reset();  // the old cache goes before the new one is allocated
+                       p->dec = std::make_unique<Decoder>(*p->model, T);
+                     }});
+    cases.push_back({s.name + " decode", [p, &tokens, prompt, steps] {
+                       for (int i = 0; i < steps; i++) p->dec->step(tokens[prompt + i]);
+                       p->kv_bytes = double(p->dec->cache().bytes());
+                       p->decode_attn_pairs = p->dec->attention_pairs() / steps;
+                     }});
+  }
+  MeasureOptions mo = o.measure;
+  mo.ratios = {{3, 1}, {2, 0}};  // decode and prefill time, mix / full
+  const MeasureResult res = measure_interleaved(cases, mo);
+  const double lim = res.spread_limit;
+  bool any_flag = false;
+  for (size_t si = 0; si < sets.size(); si++) {
+    const DecodeSet& s = sets[si];
+    const SampleStats decode_tok_s = rate_stats(res.cases[2 * si + 1], steps, lim);
+    const SampleStats prefill_tok_s = rate_stats(res.cases[2 * si], prompt, lim);
+    const SampleStats time_ratio = ratio_stats(res, int(2 * si + 1), 1);
+    const double kv_ratio = s.kv_bytes / sets[0].kv_bytes;
+    const bool flagged = decode_tok_s.flagged || prefill_tok_s.flagged || (si > 0 && time_ratio.flagged);
+    any_flag = any_flag || flagged;
+    if (o.json) {
       nlohmann::json j = {{"config", "bench-c"},      {"T", T},
-                          {"window_set", r->window_set}, {"window_ratio", r->window_ratio},
-                          {"kv_bytes", r->kv_bytes},  {"kv_ratio", kv_ratio},
-                          {"decode_tokens_per_s", r->decode_tok_s}, {"time_ratio", time_ratio},
-                          {"prefill_tokens_per_s", r->prefill_tok_s},
-                          {"decode_attention_pairs_per_token", r->decode_attn_pairs}};
+                          {"window_set", s.name}, {"window_ratio", s.window_ratio},
+                          {"kv_bytes", s.kv_bytes},  {"kv_ratio", kv_ratio},
+                          {"decode_tokens_per_s", decode_tok_s.median}, {"time_ratio", time_ratio.median},
+                          {"prefill_tokens_per_s", prefill_tok_s.median},
+                          {"decode_attention_pairs_per_token", s.decode_attn_pairs},
+                          {"rounds", res.rounds}, {"threads", num_threads()}};
+      j["stats"] = {{"decode_tokens_per_s", stats_json(decode_tok_s, o.samples)},
+                    {"prefill_tokens_per_s", stats_json(prefill_tok_s, o.samples)},
+                    {"time_ratio", stats_json(time_ratio, o.samples)}};
+      j["flagged"] = flagged;
       std::printf("%s\n", j.dump().c_str());
     } else {
-      if (r == &full)
-        std::printf("bench-c at context %d, decoding %d tokens after a %d-token prompt (%d threads)\n%-18s %12s %9s %9s "
-                    "%12s %10s %14s\n",
-                    T, steps, T - steps, num_threads(), "window set", "KV bytes", "KV ratio", "W ratio", "decode tok/s",
-                    "time ratio", "prefill tok/s");
-      std::printf("%-18s %12.0f %9.3f %9.3f %12.1f %10.3f %14.0f\n", r->window_set.c_str(), r->kv_bytes, kv_ratio,
-                  r->window_ratio, r->decode_tok_s, time_ratio, r->prefill_tok_s);
+      if (si == 0)
+        std::printf("bench-c at context %d, decoding %d tokens after a %d-token prompt (%d threads), %d rounds, "
+                    "%.1f s\n%-18s %12s %9s %9s %12s %7s %10s %7s %14s %7s\n",
+                    T, steps, prompt, num_threads(), res.rounds, res.seconds, "window set", "KV bytes", "KV ratio",
+                    "W ratio", "decode tok/s", "spread", "time ratio", "spread", "prefill tok/s", "spread");
+      std::printf("%-18s %12.0f %9.3f %9.3f %11.1f%1s %6.1f%% %9.3f%1s %6.1f%% %13.0f%1s %6.1f%%\n", s.name.c_str(),
+                  s.kv_bytes, kv_ratio, s.window_ratio, decode_tok_s.median, flag_mark(decode_tok_s),
+                  100 * decode_tok_s.spread, time_ratio.median, si > 0 ? flag_mark(time_ratio) : "",
+                  100 * time_ratio.spread, prefill_tok_s.median, flag_mark(prefill_tok_s), 100 * prefill_tok_s.spread);
     }
   }
+  if (!o.json && any_flag) print_flag_note(lim);
   return 0;
 }
 

@@ -3,8 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,8 +20,6 @@ namespace aah {
 namespace {
 
 constexpr size_t kBenchBytes = 10'000'000;
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // About `bytes` of English-like text: Zipfian pseudo-words, sentences, numbers, paragraphs. Deterministic.
 std::vector<std::string> generated_text(size_t bytes) {
@@ -102,69 +100,124 @@ std::vector<std::string> brown_text() {
   return out;
 }
 
-void run_one(const std::string& name, const std::vector<std::string>& texts, bool json) {
-  std::vector<std::string_view> views(texts.begin(), texts.end());
+// One text: a training case (BPE from scratch) and an encoding case (a fresh encoder, made untimed, over the whole
+// text with the tokenizer trained in the same round).
+struct TokText {
+  std::string name;
+  std::vector<std::string> texts;
+  std::vector<std::string_view> views;
   size_t bytes = 0;
-  for (auto& t : texts) bytes += t.size();
-  BpeTrainOptions o;
-  o.vocab_size = 8192;
   BpeTrainStats st;
-  const double t0 = now_s();
-  const auto j = bpe_train(views, o, &st);
-  const double train_s = now_s() - t0;
-  const Tokenizer tok = Tokenizer::from_json(nlohmann::json::parse(j.dump()), "(bench)");
-  TokenizerEncoder enc(tok);
+  std::vector<double> count_s, merge_s;  // per training run, warm-up rounds included
+  nlohmann::ordered_json trained;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<TokenizerEncoder> enc;
   std::vector<int32_t> ids;
-  ids.reserve(bytes / 3);
-  const double t1 = now_s();
-  for (auto& t : texts) enc.encode(t, ids);
-  const double enc_s = now_s() - t1;
-  const double mbps = double(bytes) / 1e6 / enc_s;
-  if (json) {
-    nlohmann::json a = {{"bench", "tokenizer"},
-                        {"what", "train"},
-                        {"text", name},
-                        {"mb", double(bytes) / 1e6},
-                        {"vocab", st.vocab_size},
-                        {"merges", st.merges},
-                        {"seconds", train_s},
-                        {"count_seconds", st.count_seconds},
-                        {"merge_seconds", st.merge_seconds},
-                        {"unique_words", st.unique_words}};
-    nlohmann::json b = {{"bench", "tokenizer"},
-                        {"what", "encode"},
-                        {"text", name},
-                        {"mb", double(bytes) / 1e6},
-                        {"vocab", st.vocab_size},
-                        {"seconds", enc_s},
-                        {"mb_per_s", mbps},
-                        {"tokens_per_s", double(ids.size()) / enc_s},
-                        {"bytes_per_token", double(bytes) / double(ids.size())},
-                        {"threads", 1}};
-    std::printf("%s\n%s\n", a.dump().c_str(), b.dump().c_str());
-  } else {
-    std::printf(
-        "%-16s %6.1f MB  train %6.2f s (count %.2f + merges %.2f; %lld distinct words)  "
-        "encode %6.1f MB/s, %5.2f M tokens/s, %.2f bytes/token\n",
-        name.c_str(), double(bytes) / 1e6, train_s, st.count_seconds, st.merge_seconds, (long long)st.unique_words,
-        mbps, double(ids.size()) / enc_s / 1e6, double(bytes) / double(ids.size()));
-  }
-  std::fflush(stdout);
-}
+};
 
 }  // namespace
 
-int bench_tokenizer(bool json) {
-  if (!json)
+int bench_tokenizer(const BenchOptions& o) {
+  if (!o.json)
     std::printf(
         "byte-level BPE, vocab 8192: training (word counting on %d threads, merges on 1) and encoding "
         "(1 thread)\n",
         omp_get_max_threads());
-  std::vector<std::string> code = stdlib_text(kBenchBytes);
-  if (!code.empty()) run_one("python-stdlib", code, json);
-  run_one("generated-english", generated_text(kBenchBytes), json);
-  std::vector<std::string> brown = brown_text();
-  if (!brown.empty()) run_one("brown", brown, json);
+  std::vector<std::unique_ptr<TokText>> texts;
+  auto add = [&](const std::string& name, std::vector<std::string> t) {
+    if (t.empty()) return;
+    auto x = std::make_unique<TokText>();
+    x->name = name;
+    x->texts = std::move(t);
+    for (auto& s : x->texts) x->views.push_back(s), x->bytes += s.size();
+    texts.push_back(std::move(x));
+  };
+  add("python-stdlib", stdlib_text(kBenchBytes));
+  add("generated-english", generated_text(kBenchBytes));
+  add("brown", brown_text());
+  BpeTrainOptions opt;
+  opt.vocab_size = 8192;
+  std::vector<MeasureCase> cases;
+  for (auto& up : texts) {
+    TokText* x = up.get();
+    cases.push_back({x->name + " train", [x, opt] {
+                       x->st = BpeTrainStats{};
+                       x->trained = bpe_train(x->views, opt, &x->st);
+                       x->count_s.push_back(x->st.count_seconds);
+                       x->merge_s.push_back(x->st.merge_seconds);
+                     }});
+    cases.push_back({x->name + " encode",
+                     [x] {
+                       for (auto& t : x->texts) x->enc->encode(t, x->ids);
+                     },
+                     [x] {
+                       x->enc.reset();
+                       x->tok = std::make_unique<Tokenizer>(
+                           Tokenizer::from_json(nlohmann::json::parse(x->trained.dump()), "(bench)"));
+                       x->enc = std::make_unique<TokenizerEncoder>(*x->tok);
+                       x->ids.clear();
+                       x->ids.reserve(x->bytes / 3);
+                     }});
+  }
+  const MeasureResult res = measure_interleaved(cases, o.measure);
+  const double lim = res.spread_limit;
+  bool any_flag = false;
+  for (size_t i = 0; i < texts.size(); i++) {
+    TokText& x = *texts[i];
+    for (auto* v : {&x.count_s, &x.merge_s}) v->erase(v->begin(), v->begin() + res.warmup_rounds);
+    const SampleStats& train_s = res.cases[2 * i];
+    const SampleStats& enc_s = res.cases[2 * i + 1];
+    const SampleStats mbps = rate_stats(enc_s, double(x.bytes) / 1e6, lim);
+    const SampleStats tok_s = rate_stats(enc_s, double(x.ids.size()), lim);
+    const SampleStats count_s = sample_stats(x.count_s, lim), merge_s = sample_stats(x.merge_s, lim);
+    const double mb = double(x.bytes) / 1e6;
+    any_flag = any_flag || train_s.flagged || enc_s.flagged;
+    if (o.json) {
+      nlohmann::json a = {{"bench", "tokenizer"},
+                          {"what", "train"},
+                          {"text", x.name},
+                          {"mb", mb},
+                          {"vocab", x.st.vocab_size},
+                          {"merges", x.st.merges},
+                          {"seconds", train_s.median},
+                          {"count_seconds", count_s.median},
+                          {"merge_seconds", merge_s.median},
+                          {"unique_words", x.st.unique_words},
+                          {"rounds", res.rounds}};
+      a["stats"] = {{"seconds", stats_json(train_s, o.samples)},
+                    {"count_seconds", stats_json(count_s, o.samples)},
+                    {"merge_seconds", stats_json(merge_s, o.samples)}};
+      a["flagged"] = train_s.flagged;
+      nlohmann::json b = {{"bench", "tokenizer"},
+                          {"what", "encode"},
+                          {"text", x.name},
+                          {"mb", mb},
+                          {"vocab", x.st.vocab_size},
+                          {"seconds", enc_s.median},
+                          {"mb_per_s", mbps.median},
+                          {"tokens_per_s", tok_s.median},
+                          {"bytes_per_token", double(x.bytes) / double(x.ids.size())},
+                          {"threads", 1},
+                          {"rounds", res.rounds}};
+      b["stats"] = {{"seconds", stats_json(enc_s, o.samples)},
+                    {"mb_per_s", stats_json(mbps, o.samples)},
+                    {"tokens_per_s", stats_json(tok_s, o.samples)}};
+      b["flagged"] = enc_s.flagged;
+      std::printf("%s\n%s\n", a.dump().c_str(), b.dump().c_str());
+    } else {
+      std::printf(
+          "%-16s %6.1f MB  train %s s (count %.2f + merges %.2f; %lld distinct words)\n"
+          "%-16s %6s     encode %s MB/s, %5.2f M tokens/s, %.2f bytes/token\n",
+          x.name.c_str(), mb, stats_text(train_s, 2).c_str(), count_s.median, merge_s.median,
+          (long long)x.st.unique_words, "", "", stats_text(mbps, 1).c_str(), tok_s.median / 1e6,
+          double(x.bytes) / double(x.ids.size()));
+    }
+  }
+  if (!o.json) {
+    std::printf("%d rounds after %d warm-up round%s, %.1f s; figures: median (min, spread = IQR / median)\n",
+                res.rounds, res.warmup_rounds, res.warmup_rounds == 1 ? "" : "s", res.seconds);
+    if (any_flag) print_flag_note(lim);
+  }
   return 0;
 }
 

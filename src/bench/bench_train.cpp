@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,16 +18,20 @@
 
 namespace aah {
 
-double bench_sgemm_gflops(int M, int N, int K) {
-  std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(N) * K, 0.25f), c(size_t(M) * N);
-  std::vector<double> times;
-  for (int r = 0; r < 7; r++) {
-    const double t0 = now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
-    times.push_back(now_seconds() - t0);
-  }
-  std::sort(times.begin(), times.end());
-  return 2.0 * M * N * K / times[times.size() / 2] / 1e9;
+MeasureCase SgemmBench::make_case() const {
+  struct Buffers {
+    std::vector<float> a, b, c;
+  };
+  auto buf = std::make_shared<Buffers>();
+  buf->a.assign(size_t(M) * K, 0.5f);
+  buf->b.assign(size_t(N) * K, 0.25f);
+  buf->c.assign(size_t(M) * N, 0.0f);
+  const SgemmBench g = *this;
+  return {"sgemm", [buf, g] {
+            for (int r = 0; r < g.repeats; r++)
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.M, g.N, g.K, 1.0f, buf->a.data(), g.K,
+                          buf->b.data(), g.K, 0.0f, buf->c.data(), g.N);
+          }};
 }
 
 ModelConfig bench_c_model() {
@@ -53,57 +58,98 @@ Config bench_c_config(const std::string& regime, int context) {
   return cfg;
 }
 
-struct StepTimes {
-  double ms_per_step = 0;      // mean over the timed steps (control updates amortised)
-  double attention_ms = 0;     // per step, inside the attention kernels
-  double controller_ms = 0;    // per step, features + decisions, amortised
+// The regime's windows after its warm-up, and what the warm-up measured.
+struct RegimeWarmup {
+  std::vector<int> windows;  // (L, H) frozen for the timed rounds
+  int updates = 0;           // control updates run
+  double seconds = 0;        // wall time of the warm-up
+  double controller_ms = 0;  // per training step: features + decisions of one update / control interval
   double acr = 1, pair_ratio = 1;
-  double peak_rss_mb = 0;
 };
 
-// Trains `steps` timed steps after `warm` untimed ones (the first touches every buffer; for AAH regimes the warm
-// steps also let the controller's resolution EMA move the windows from full towards its choices).
-StepTimes time_steps(const Config& cfg, int warm, int steps) {
+// Runs the regime's controller on `model` (forward passes only, on its update steps 0, I, 2I, ...) until its
+// windows stop changing: at least 3 updates (the first has no attention diagnostics yet), at most 8. Training
+// steps in between would only move the weights a little; the resolution EMA is what needs the updates.
+RegimeWarmup warm_up_regime(const Config& cfg, Model<float>& model, const std::vector<int32_t>& tokens) {
   const int B = cfg.train.batch_size, T = cfg.train.context;
-  Model<float> model(cfg.model, B, T);
-  model.init_weights(0);
-  WindowPolicyRunner policy(cfg, model);
-  AdamW opt;
-  opt.init(model);
-  Rng rng(1);
-  std::vector<int32_t> tokens(size_t(B) * T + 1);
-  for (auto& t : tokens) t = int32_t(rng.below(cfg.model.vocab_size));
-  auto step = [&](int s) {
-    model.zero_grads();
-    policy.begin_forward(s, true);
-    model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
+  const int interval = controller_config_of(cfg).control_interval;
+  RegimeWarmup w;
+  const double t0 = now_seconds();
+  WindowPolicyRunner policy(cfg, model);  // removes itself from the model when it goes out of scope
+  std::vector<int> prev = model.windows();
+  double first_update_s = 0;
+  for (int u = 0; u < 8; u++) {
+    const int step = u * interval;
+    if (!policy.controller().is_update_step(step)) break;  // fixed windows, or frozen after its warmup
+    policy.begin_forward(step, true);
+    model.forward(tokens.data(), tokens.data() + 1, B, T);
     policy.end_forward();
-    model.backward(tokens.data(), B, T);
-    const double norm = global_norm(model.grads_data(), model.num_params()) / (B * T);
-    opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, cfg.train,
-               float(1.0 / (B * T) / std::max(1.0, norm)));
-  };
-  for (int s = 0; s < warm; s++) step(s);
-  const double attn0 = model.attention_seconds, ctrl0 = policy.seconds(), t0 = now_seconds();
-  for (int s = warm; s < warm + steps; s++) step(s);
-  StepTimes r;
-  r.ms_per_step = (now_seconds() - t0) * 1e3 / steps;
-  r.attention_ms = (model.attention_seconds - attn0) * 1e3 / steps;
-  r.controller_ms = (policy.seconds() - ctrl0) * 1e3 / steps;
-  r.acr = policy.controller().acr();
-  r.pair_ratio = policy.controller().exact_pair_ratio(T);
-  r.peak_rss_mb = peak_rss_mb();
-  return r;
+    w.updates++;
+    if (u == 0) first_update_s = policy.seconds();
+    if (u >= 2 && model.windows() == prev) break;
+    prev = model.windows();
+  }
+  // The first update also builds what later ones reuse: count it only when it is the only one.
+  const double per_update_s =
+      w.updates > 1 ? (policy.seconds() - first_update_s) / (w.updates - 1) : policy.seconds();
+  w.controller_ms = per_update_s * 1e3 / interval;
+  w.windows = model.windows();
+  w.acr = policy.controller().acr();
+  w.pair_ratio = policy.controller().exact_pair_ratio(T);
+  w.seconds = now_seconds() - t0;
+  return w;
 }
 
 }  // namespace
 
-int bench_train(bool json, int steps, const std::string& regime, int context) {
+int bench_train(const BenchOptions& o, const std::string& regime, int context) {
   const Config full_cfg = bench_c_config("full", context);
   const ModelConfig& m = full_cfg.model;
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
-  const StepTimes full = time_steps(full_cfg, 1, steps);
-  const double sgemm = bench_sgemm_gflops();
+  const bool with_regime = regime != "full";
+  // One model and optimizer for both configurations: they differ only in the windows in force.
+  Model<float> model(m, B, T);
+  model.init_weights(0);
+  AdamW opt;
+  opt.init(model);
+  Rng rng(1);
+  std::vector<int32_t> tokens(size_t(B) * T + 1);
+  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+
+  std::optional<RegimeWarmup> warm;
+  if (with_regime) warm = warm_up_regime(bench_c_config(regime, context), model, tokens);
+
+  // One training step under `windows` (nullptr: full); appends the seconds spent in attention to `attn`.
+  auto step_case = [&](const std::vector<int>* windows, std::vector<double>* attn) {
+    return [&, windows, attn] {
+      if (windows)
+        model.windows() = *windows;
+      else
+        model.set_full_windows(T);
+      const double a0 = model.attention_seconds;
+      model.zero_grads();
+      model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
+      model.backward(tokens.data(), B, T);
+      const double norm = global_norm(model.grads_data(), model.num_params()) / (B * T);
+      opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, full_cfg.train,
+                 float(1.0 / (B * T) / std::max(1.0, norm)));
+      attn->push_back(model.attention_seconds - a0);
+    };
+  };
+  std::vector<double> attn_full, attn_regime;  // per call, warm-up rounds included (dropped below)
+  const SgemmBench sgemm;
+  std::vector<MeasureCase> cases = {{"full", step_case(nullptr, &attn_full)}};
+  if (with_regime) cases.push_back({regime, step_case(&warm->windows, &attn_regime)});
+  cases.push_back(sgemm.make_case());
+  const int i_full = 0, i_regime = 1, i_sgemm = int(cases.size()) - 1;
+  MeasureOptions mo = o.measure;
+  if (with_regime) mo.ratios.push_back({i_regime, i_full});
+  mo.ratios.push_back({i_sgemm, i_full});
+  const MeasureResult res = measure_interleaved(cases, mo);
+  const double lim = res.spread_limit;
+  for (auto* a : {&attn_full, &attn_regime})
+    if (!a->empty()) a->erase(a->begin(), a->begin() + res.warmup_rounds);
+
   // Model FLOPs per token: 6 x (matmul parameters) + attention: QK^T and PV are 2 x 2 x D flops per visible
   // pair forward, twice that backward; causal pairs average (T + 1) / 2 per query.
   const double C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads, D = m.head_dim;
@@ -111,65 +157,113 @@ int bench_train(bool json, int steps, const std::string& regime, int context) {
       L * (C * (H + 2 * m.num_key_value_heads) * D + C * H * D + 3 * C * m.intermediate_size) +
       double(m.vocab_size) * C;
   const double flops_per_token = 6 * matmul_params + 3 * L * H * 4 * D * (T + 1) / 2.0;
-  const double tok_s = B * T / (full.ms_per_step / 1e3);
-  const double gflops = flops_per_token * tok_s / 1e9;
+  const double tokens_per_step = double(B) * T;
+  const SampleStats& full = res.cases[i_full];
+  const SampleStats full_ms = scaled(full, 1e3), attn_full_ms = scaled(sample_stats(attn_full, lim), 1e3);
+  const SampleStats tok_s = rate_stats(full, tokens_per_step, lim);
+  const SampleStats gflops = scaled(rate_stats(full, flops_per_token * tokens_per_step, lim), 1e-9);
+  const SampleStats sgemm_gflops = scaled(rate_stats(res.cases[i_sgemm], sgemm.flops(), lim), 1e-9);
+  // model GFLOP/s over sgemm GFLOP/s, per round: (model flops / t_step) / (sgemm flops / t_sgemm)
+  const SampleStats sgemm_share =
+      scaled(ratio_stats(res, i_sgemm, i_full), flops_per_token * tokens_per_step / sgemm.flops());
+  const double peak_rss = peak_rss_mb();
+  const bool ss = o.samples;
+  auto measured = [&](nlohmann::json& row) {
+    row["rounds"] = res.rounds;
+    row["warmup_rounds"] = res.warmup_rounds;
+    row["settled"] = res.settled;
+    row["measure_seconds"] = res.seconds;
+    row["threads"] = num_threads();
+  };
   nlohmann::json row = {{"config", "bench-c"},
                         {"regime", "full"},
                         {"context", T},
                         {"batch", B},
-                        {"tokens_per_s", tok_s},
-                        {"ms_per_step", full.ms_per_step},
-                        {"attention_ms", full.attention_ms},
-                        {"model_gflops", gflops},
-                        {"sgemm_gflops", sgemm},
-                        {"sgemm_share", gflops / sgemm},
-                        {"peak_rss_mb", full.peak_rss_mb},
-                        {"threads", num_threads()},
-                        {"steps_timed", steps}};
+                        {"tokens_per_s", tok_s.median},
+                        {"ms_per_step", full_ms.median},
+                        {"attention_ms", attn_full_ms.median},
+                        {"model_gflops", gflops.median},
+                        {"sgemm_gflops", sgemm_gflops.median},
+                        {"sgemm_share", sgemm_share.median},
+                        {"peak_rss_mb", peak_rss},
+                        {"steps_timed", res.rounds}};
+  measured(row);
+  row["stats"] = {{"ms_per_step", stats_json(full_ms, ss)},
+                  {"tokens_per_s", stats_json(tok_s, ss)},
+                  {"attention_ms", stats_json(attn_full_ms, ss)},
+                  {"sgemm_gflops", stats_json(sgemm_gflops, ss)},
+                  {"sgemm_share", stats_json(sgemm_share, ss)}};
+  row["flagged"] = full_ms.flagged || sgemm_share.flagged;
   std::vector<nlohmann::json> rows = {row};
-  if (regime != "full") {
-    const Config cfg = bench_c_config(regime, context);
-    // warm: enough control updates for the resolution EMA to settle (beta 0.15: a few updates)
-    const int interval = controller_config_of(cfg).control_interval;
-    const StepTimes r = time_steps(cfg, 6 * interval, std::max(steps, interval) / interval * interval);
-    const double expected_ms = full.ms_per_step - full.attention_ms * (1 - r.pair_ratio);
-    rows.push_back({{"config", "bench-c"},
-                    {"regime", regime},
-                    {"context", T},
-                    {"batch", B},
-                    {"tokens_per_s", B * T / (r.ms_per_step / 1e3)},
-                    {"ms_per_step", r.ms_per_step},
-                    {"attention_ms", r.attention_ms},
-                    {"controller_ms", r.controller_ms},
-                    {"controller_share", r.controller_ms / r.ms_per_step},
-                    {"attn_ratio", r.acr},
-                    {"pair_ratio", r.pair_ratio},
-                    {"time_ratio", r.ms_per_step / full.ms_per_step},
-                    {"attention_time_ratio", r.attention_ms / full.attention_ms},
-                    {"expected_ms_per_step", expected_ms},
-                    {"peak_rss_mb", r.peak_rss_mb},
-                    {"threads", num_threads()}});
+
+  SampleStats reg_ms, reg_tok_s, attn_reg_ms, time_ratio, attn_ratio, expected_ms;
+  if (with_regime) {
+    // The regime's step: the timed step under its frozen windows plus its controller's update cost, amortised.
+    std::vector<double> with_ctrl = res.cases[i_regime].samples, expected = full.samples;
+    for (double& t : with_ctrl) t += warm->controller_ms / 1e3;
+    for (size_t i = 0; i < expected.size(); i++) expected[i] -= attn_full[i] * (1 - warm->pair_ratio);
+    const SampleStats reg = sample_stats(with_ctrl, lim);
+    reg_ms = scaled(reg, 1e3);
+    reg_tok_s = rate_stats(reg, tokens_per_step, lim);
+    attn_reg_ms = scaled(sample_stats(attn_regime, lim), 1e3);
+    time_ratio = ratio_stats(with_ctrl, full.samples, lim);
+    attn_ratio = ratio_stats(attn_regime, attn_full, lim);
+    expected_ms = scaled(sample_stats(expected, lim), 1e3);
+    nlohmann::json r = {{"config", "bench-c"},
+                        {"regime", regime},
+                        {"context", T},
+                        {"batch", B},
+                        {"tokens_per_s", reg_tok_s.median},
+                        {"ms_per_step", reg_ms.median},
+                        {"attention_ms", attn_reg_ms.median},
+                        {"controller_ms", warm->controller_ms},
+                        {"controller_share", warm->controller_ms / reg_ms.median},
+                        {"attn_ratio", warm->acr},
+                        {"pair_ratio", warm->pair_ratio},
+                        {"time_ratio", time_ratio.median},
+                        {"attention_time_ratio", attn_ratio.median},
+                        {"expected_ms_per_step", expected_ms.median},
+                        {"warmup_updates", warm->updates},
+                        {"warmup_seconds", warm->seconds},
+                        {"windows", warm->windows},
+                        {"peak_rss_mb", peak_rss}};
+    measured(r);
+    r["stats"] = {{"ms_per_step", stats_json(reg_ms, ss)},
+                  {"tokens_per_s", stats_json(reg_tok_s, ss)},
+                  {"attention_ms", stats_json(attn_reg_ms, ss)},
+                  {"time_ratio", stats_json(time_ratio, ss)},
+                  {"attention_time_ratio", stats_json(attn_ratio, ss)},
+                  {"expected_ms_per_step", stats_json(expected_ms, ss)}};
+    r["flagged"] = reg_ms.flagged || time_ratio.flagged;
+    rows.push_back(r);
   }
-  if (json) {
+  if (o.json) {
     for (auto& r : rows) std::printf("%s\n", r.dump().c_str());
     return 0;
   }
   std::printf("bench-c: 4 layers, hidden 256, 8 heads x 32, SwiGLU 704, vocab 8192, batch %d x %d, %d threads\n",
               B, T, num_threads());
-  std::printf("  full windows: %.0f tokens/s, %.1f ms/step (attention %.1f ms), %.1f model GFLOP/s = %.2f of the "
-              "in-process sgemm (%.1f GFLOP/s), peak RSS %.0f MB\n",
-              tok_s, full.ms_per_step, full.attention_ms, gflops, gflops / sgemm, sgemm, full.peak_rss_mb);
-  if (rows.size() > 1) {
-    const auto& r = rows[1];
-    std::printf("  %s: %.0f tokens/s, %.1f ms/step (attention %.1f ms, controller %.2f ms = %.2f%% of the step)\n"
-                "    ACR %.4f, exact pair ratio %.4f; step time ratio vs full %.3f (attention time ratio %.3f);\n"
+  std::printf("%d rounds (%s) after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
+              res.rounds, with_regime ? ("full, " + regime + ", sgemm").c_str() : "full, sgemm", res.warmup_rounds,
+              res.warmup_rounds == 1 ? "" : "s", res.seconds, res.settled ? "" : " (spreads not all settled)");
+  std::printf("  full windows: %.0f tokens/s, ms/step %s, attention %.1f ms/step\n"
+              "    %.1f model GFLOP/s = %s of the in-process sgemm (%.1f GFLOP/s), peak RSS %.0f MB\n",
+              tok_s.median, stats_text(full_ms, 1).c_str(), attn_full_ms.median, gflops.median,
+              stats_text(sgemm_share, 2).c_str(), sgemm_gflops.median, peak_rss);
+  if (with_regime) {
+    std::printf("  %s: warm-up %d control update%s (forward only, %.1f s), then windows frozen: ACR %.4f, exact pair "
+                "ratio %.4f\n"
+                "    %.0f tokens/s, ms/step %s, attention %.1f ms/step, controller %.2f ms/step = %.2f%% (amortised "
+                "over its interval, measured in the warm-up)\n"
+                "    step time ratio vs full %s, attention time ratio %s\n"
                 "    expected from the skipped attention work: %.1f ms/step\n",
-                regime.c_str(), r["tokens_per_s"].get<double>(), r["ms_per_step"].get<double>(),
-                r["attention_ms"].get<double>(), r["controller_ms"].get<double>(),
-                100 * r["controller_share"].get<double>(), r["attn_ratio"].get<double>(),
-                r["pair_ratio"].get<double>(), r["time_ratio"].get<double>(), r["attention_time_ratio"].get<double>(),
-                r["expected_ms_per_step"].get<double>());
+                regime.c_str(), warm->updates, warm->updates == 1 ? "" : "s", warm->seconds, warm->acr,
+                warm->pair_ratio, reg_tok_s.median, stats_text(reg_ms, 1).c_str(), attn_reg_ms.median,
+                warm->controller_ms, 100 * warm->controller_ms / reg_ms.median, stats_text(time_ratio, 3).c_str(),
+                stats_text(attn_ratio, 3).c_str(), expected_ms.median);
   }
+  if (full_ms.flagged || sgemm_share.flagged || (with_regime && (reg_ms.flagged || time_ratio.flagged || attn_ratio.flagged)))
+    print_flag_note(lim);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 #include <string>
+
+#include "bench/measure.h"
 #include "model/config.h"
 
 namespace aah {
@@ -7,10 +9,19 @@ namespace aah {
 // vocab 8192.
 ModelConfig bench_c_model();
 // `aah bench train`: times the training step of the reference config bench-c (4 layers, hidden 256, 8 heads x 32,
-// SwiGLU 704, vocab 8192, batch 4, context 1024) with full windows and, when `regime` is not "full", side by side
-// with that AAH regime (controller time amortised over its control interval), plus an sgemm in the same process.
+// SwiGLU 704, vocab 8192, batch 4, context 1024) with full windows and, when `regime` is not "full", interleaved
+// with that AAH regime, plus an sgemm in the same process (measure.h: rounds, medians, spreads, per-round ratios).
+// The regime's controller is warmed up once, before the timed rounds (forward passes on its update steps until
+// its windows stop changing); its windows are then frozen for the timing, and its update cost, measured during
+// the warm-up, is added amortised over its control interval.
 // context: sequence length T (default 1024); the batch is 4096 / T sequences, so tokens per step stay 4096.
-int bench_train(bool json, int steps, const std::string& regime, int context = 1024);
-// GFLOP/s of a row-major sgemm (M, N, K) measured now, in this process (median of a few runs).
-double bench_sgemm_gflops(int M = 1024, int N = 1024, int K = 1024);
+int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024);
+
+// A row-major sgemm (M, N, K), `repeats` times per run, as a measurement case: the in-process reference the
+// benches compare model FLOP rates with. The case owns its buffers.
+struct SgemmBench {
+  int M = 1024, N = 1024, K = 1024, repeats = 4;
+  double flops() const { return 2.0 * M * N * K * repeats; }  // of one run
+  MeasureCase make_case() const;
+};
 }  // namespace aah

@@ -1,6 +1,7 @@
 // aah bench <what>: benchmarks that print figures and ratios measured side by side in one process.
 #include "bench/bench_decode.h"
 #include "bench/bench_train.h"
+#include "bench/measure.h"
 #include "cli/commands.h"
 
 #if __has_include("bench/bench_attention.h")
@@ -15,33 +16,77 @@
 
 namespace aah {
 
+namespace {
+
+const char* kMeasureHelp =
+    "How every bench measures (src/bench/measure.h): the configurations it compares run interleaved in one process,\n"
+    "A B C A B C ..., so that a drift of the machine's speed hits them alike; ratios are taken per round (A_i / B_i)\n"
+    "before their median. After --warmup untimed rounds, rounds go on until every spread (interquartile range /\n"
+    "median) is at most --spread (and at least --rounds-min rounds ran), until the next round would end past\n"
+    "--budget seconds, or until --rounds-max. Figures are medians, with min and spread; a figure whose spread stays\n"
+    "over --spread is flagged ('!' in text, \"flagged\": true in --json): not a result.";
+
+// The flags every bench takes: output form and measurement.
+void add_measure_flags(CLI::App* cmd, BenchOptions& o) {
+  cmd->footer(kMeasureHelp);
+  cmd->add_flag("--json", o.json, "One JSON object per line (medians, plus a \"stats\" object per figure)");
+  cmd->add_flag("--samples", o.samples, "With --json: also every round's sample");
+  auto& m = o.measure;
+  cmd->add_option("--warmup", m.warmup_rounds, "Untimed rounds before the timed ones")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--rounds-min", m.rounds_min, "Timed rounds at least (even past the budget)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--rounds-max", m.rounds_max, "Timed rounds at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--budget", m.budget_s,
+                  "Seconds of timed rounds per comparison: no round starts that would end past it (once "
+                  "--rounds-min ran)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--spread", m.spread,
+                  "Stop once every spread (IQR / median) is at most this; figures above it are flagged")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag_function("--progress", [&m](int64_t) { m.progress = stderr; }, "A line per timed round on stderr");
+}
+
+}  // namespace
+
 void add_bench_commands(CLI::App& app, int& rc) {
   auto* bench = app.add_subcommand("bench", "Benchmarks (figures and ratios measured side by side in one process)");
   bench->require_subcommand(1);
-  static bool json = false;
-  static int steps = 5;
+  static BenchOptions opts;
+  static int steps = 0;
   static std::string regime = "full";
   static int context = 1024;
   auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
-  tr->add_flag("--json", json, "One JSON object per line");
-  tr->add_option("--steps", steps, "Timed steps (median reported)")->capture_default_str();
-  tr->add_option("--regime", regime, "Also time this AAH regime side by side with full windows")
+  add_measure_flags(tr, opts);
+  tr->add_option("--steps", steps, "Same as --rounds-min: timed steps per configuration at least");
+  tr->add_option("--regime", regime,
+                 "Also time this AAH regime, interleaved with full windows (its controller warmed up first, then "
+                 "its windows frozen)")
       ->capture_default_str();
   tr->add_option("--context", context, "Sequence length (batch = 4096 / context, so 4096 tokens per step)")
       ->capture_default_str();
-  tr->callback([&rc] { rc = bench_train(json, steps, regime, context); });
+  tr->callback([&rc] {
+    if (steps > 0) opts.measure.rounds_min = steps, opts.measure.rounds_max = std::max(opts.measure.rounds_max, steps);
+    rc = bench_train(opts, regime, context);
+  });
   auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
-  dc->add_flag("--json", json, "One JSON object per line");
-  dc->callback([&rc] { rc = bench_decode(json); });
+  add_measure_flags(dc, opts);
+  dc->callback([&rc] { rc = bench_decode(opts); });
 #ifdef AAH_HAVE_BENCH_TOKENIZER
   auto* tk = bench->add_subcommand("tokenizer", "Byte-level BPE (vocab 8192): training time on 10 MB, encoding MB/s");
-  tk->add_flag("--json", json, "One JSON object per line");
-  tk->callback([&rc] { rc = bench_tokenizer(json); });
+  add_measure_flags(tk, opts);
+  tk->callback([&rc] { rc = bench_tokenizer(opts); });
 #endif
 #ifdef AAH_HAVE_BENCH_ATTENTION
   auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
-  at->add_flag("--json", json, "One JSON object per line");
-  at->callback([&rc] { rc = bench_attention(json); });
+  add_measure_flags(at, opts);
+  at->callback([&rc] { rc = bench_attention(opts); });
 #endif
 }
 

@@ -1,4 +1,5 @@
-// AAH-v3 controller (spec sections 2-5 and 7). See controller.h.
+// AAH-v3 controller (spec sections 2-5 and 7): the decision steps, one layer's update, and the statistics. See
+// controller.h; the configuration and regimes are in controller_config.cpp, save/load in controller_state.cpp.
 #include "controller/controller.h"
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/safetensors.h"
 #include "kernels/attention_common.h"
 
 namespace aah {
@@ -15,248 +15,6 @@ namespace aah {
 namespace {
 constexpr int F = kControllerFeatures;
 }  // namespace
-
-// ============================================================================================================
-// Names
-// ============================================================================================================
-
-const char* topology_mode_name(TopologyMode m) {
-  switch (m) {
-    case TopologyMode::recompute: return "recompute";
-    case TopologyMode::freeze: return "freeze";
-    case TopologyMode::reuse_level0: return "reuse_level0";
-    case TopologyMode::fixed_random: return "fixed_random";
-  }
-  return "?";
-}
-
-TopologyMode topology_mode_from_string(const std::string& s) {
-  for (TopologyMode m : {TopologyMode::recompute, TopologyMode::freeze, TopologyMode::reuse_level0,
-                         TopologyMode::fixed_random})
-    if (s == topology_mode_name(m)) return m;
-  fail("[controller] unknown topology mode '", s, "' (known: recompute, freeze, reuse_level0, fixed_random)");
-}
-
-const char* window_policy_name(WindowPolicy p) {
-  switch (p) {
-    case WindowPolicy::controller: return "controller";
-    case WindowPolicy::off: return "off";
-    case WindowPolicy::fixed: return "fixed";
-    case WindowPolicy::deterministic: return "deterministic";
-    case WindowPolicy::random: return "random";
-  }
-  return "?";
-}
-
-WindowPolicy window_policy_from_string(const std::string& s) {
-  for (WindowPolicy p : {WindowPolicy::controller, WindowPolicy::off, WindowPolicy::fixed,
-                         WindowPolicy::deterministic, WindowPolicy::random})
-    if (s == window_policy_name(p)) return p;
-  fail("[controller] unknown window policy '", s, "' (known: controller, off, fixed, deterministic, random)");
-}
-
-// ============================================================================================================
-// Configuration and regimes (spec section 7)
-// ============================================================================================================
-
-std::vector<int> controller_default_windows(int T) {
-  std::vector<int> w;
-  for (int div : {8, 4, 2, 1}) {
-    const int x = T / div;
-    if (x >= 1 && (w.empty() || x > w.back())) w.push_back(x);
-  }
-  return w;
-}
-
-// Regime table. Knobs not listed keep the full_adaptive defaults of the reset.
-//
-//   main regime       policy      grouping  shape      topology      joint  clamp
-//   full              off         -         -          -             -      -       ordinary causal MHA
-//   grouping_off      controller  off       (1 level)  recompute     off    off
-//   full_adaptive     controller  on        [2,2,2,2]  recompute     on     on
-//   shallow_freeze    controller  on        [2]        freeze        on     on (vacuous: one level)
-//   deep_reuse        controller  on        [2,2,2,2]  reuse_level0  on     on
-//
-//   variant (one change; alone = on top of full_adaptive)
-//   control_off               policy = off (windows stay full; the rest of the base is kept but unused)
-//   fixed_random_grouping     topology = fixed_random (seeded random level-0 partition, kept; upper levels rebuilt)
-//   freeze_after_warmup       freeze_after_warmup = true (no update after warmup_steps)
-//   independent_scoring       joint_scorer = false
-//   no_parent_constraint      parent_clamp = false
-//   no_feature_ema            feature_ema = 0
-//   fixed_window[_W]          policy = fixed (W from the name, else the fixed_window knob)
-//   deterministic_window      policy = deterministic (head h: W[h mod K])
-//   random_window             policy = random (fresh seeded index per head per update)
-//   shuffle_post_select       shuffle_post_select = true
-//   control_interval_N        control_interval = N
-namespace {
-
-const std::vector<std::string> kMainRegimes = {"full", "grouping_off", "full_adaptive", "shallow_freeze",
-                                               "deep_reuse"};
-const std::vector<std::string> kVariants = {
-    "control_off",    "fixed_random_grouping", "freeze_after_warmup",  "independent_scoring",
-    "no_parent_constraint", "no_feature_ema",  "fixed_window[_W]",     "deterministic_window",
-    "random_window",  "shuffle_post_select",   "control_interval_N"};
-
-std::string known_regimes() {
-  std::string s = "main regimes: ";
-  for (size_t i = 0; i < kMainRegimes.size(); i++) s += (i ? ", " : "") + kMainRegimes[i];
-  s += "; variants (alone, or after a main regime joined by '+'): ";
-  for (size_t i = 0; i < kVariants.size(); i++) s += (i ? ", " : "") + kVariants[i];
-  return s;
-}
-
-[[noreturn]] void unknown_regime(const std::string& full, const std::string& part) {
-  fail("[controller] unknown regime '", part, "'", part == full ? "" : str_cat(" in '", full, "'"), " (",
-       known_regimes(), ")");
-}
-
-// Parses the positive integer after `prefix` in `part` ("control_interval_10" -> 10); false if not that form.
-bool parse_suffix(const std::string& part, const std::string& prefix, int* value) {
-  if (part.size() <= prefix.size() || part.compare(0, prefix.size(), prefix) != 0) return false;
-  const std::string digits = part.substr(prefix.size());
-  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  *value = std::stoi(digits);
-  return true;
-}
-
-void reset_regime_knobs(ControllerConfig& c) {
-  const ControllerConfig d;
-  c.policy = d.policy, c.grouping = d.grouping, c.joint_scorer = d.joint_scorer, c.parent_clamp = d.parent_clamp;
-  c.shape = d.shape, c.topology = d.topology, c.shuffle_post_select = d.shuffle_post_select;
-  c.freeze_after_warmup = d.freeze_after_warmup, c.feature_ema = d.feature_ema;
-  c.control_interval = d.control_interval;
-}
-
-bool apply_main_regime(ControllerConfig& c, const std::string& r) {
-  if (r == "full") {
-    c.policy = WindowPolicy::off;
-  } else if (r == "grouping_off") {
-    c.grouping = false, c.joint_scorer = false, c.parent_clamp = false;
-  } else if (r == "full_adaptive") {
-    c.shape = {2, 2, 2, 2}, c.topology = TopologyMode::recompute;
-  } else if (r == "shallow_freeze") {
-    c.shape = {2}, c.topology = TopologyMode::freeze;
-  } else if (r == "deep_reuse") {
-    c.shape = {2, 2, 2, 2}, c.topology = TopologyMode::reuse_level0;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-bool apply_variant(ControllerConfig& c, const std::string& v) {
-  int n = 0;
-  if (v == "control_off") {
-    c.policy = WindowPolicy::off;
-  } else if (v == "fixed_random_grouping") {
-    c.topology = TopologyMode::fixed_random;
-  } else if (v == "freeze_after_warmup") {
-    c.freeze_after_warmup = true;
-  } else if (v == "independent_scoring") {
-    c.joint_scorer = false;
-  } else if (v == "no_parent_constraint") {
-    c.parent_clamp = false;
-  } else if (v == "no_feature_ema") {
-    c.feature_ema = 0.0;
-  } else if (v == "fixed_window") {
-    c.policy = WindowPolicy::fixed;
-  } else if (parse_suffix(v, "fixed_window_", &n)) {
-    c.policy = WindowPolicy::fixed, c.fixed_window = n;
-  } else if (v == "deterministic_window") {
-    c.policy = WindowPolicy::deterministic;
-  } else if (v == "random_window") {
-    c.policy = WindowPolicy::random;
-  } else if (v == "shuffle_post_select") {
-    c.shuffle_post_select = true;
-  } else if (parse_suffix(v, "control_interval_", &n)) {
-    c.control_interval = n;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-void controller_apply_regime(ControllerConfig& cfg, const std::string& name) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t plus = name.find('+', start);
-    parts.push_back(name.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
-    if (plus == std::string::npos) break;
-    start = plus + 1;
-  }
-  ControllerConfig c = cfg;
-  reset_regime_knobs(c);
-  for (size_t i = 0; i < parts.size(); i++) {
-    const std::string& p = parts[i];
-    if (i == 0 && apply_main_regime(c, p)) continue;  // a main regime only first; else full_adaptive is the base
-    if (!apply_variant(c, p)) unknown_regime(name, p);
-  }
-  c.regime = name;
-  cfg = c;
-}
-
-std::vector<std::string> controller_regime_names() {
-  std::vector<std::string> names = kMainRegimes;
-  names.insert(names.end(), kVariants.begin(), kVariants.end());
-  return names;
-}
-
-void controller_validate(const ControllerConfig& c) {
-  const auto& w = c.windows;
-  if (w.empty()) fail("[controller] aah.windows is empty (the last candidate window must be the context T)");
-  for (size_t i = 0; i < w.size(); i++) {
-    if (w[i] < 1) fail("[controller] aah.windows: window ", w[i], " must be >= 1");
-    if (i && w[i] <= w[i - 1]) fail("[controller] aah.windows must be strictly ascending, got ", w[i - 1], " then ", w[i]);
-  }
-  if (c.control_interval < 1) fail("[controller] aah.control_interval must be >= 1, got ", c.control_interval);
-  if (!(c.feature_ema >= 0 && c.feature_ema < 1))
-    fail("[controller] aah.feature_ema must be in [0, 1), got ", c.feature_ema);
-  if (!(c.resolution_ema >= 0 && c.resolution_ema <= 1))
-    fail("[controller] aah.resolution_ema must be in [0, 1], got ", c.resolution_ema);
-  if (!std::isfinite(c.tau)) fail("[controller] aah.tau must be finite");
-  if (!(c.lambda >= 0 && std::isfinite(c.lambda))) fail("[controller] aah.lambda must be >= 0, got ", c.lambda);
-  if (!(c.eps > 0 && std::isfinite(c.eps))) fail("[controller] aah.eps must be > 0, got ", c.eps);
-  if (c.shape.empty()) fail("[controller] aah.shape is empty");
-  for (size_t i = 0; i < c.shape.size(); i++) {
-    if (c.shape[i] < 1) fail("[controller] aah.shape entries must be >= 1, got ", c.shape[i]);
-    // shape[r] is the branching factor that builds level r+1; only 2 (greedy pairing) is implemented.
-    if (i + 1 < c.shape.size() && c.shape[i] != 2)
-      fail("[controller] aah.shape: branching factor ", c.shape[i], " at level ", i,
-           " is not supported (upper levels pair items: every entry but the last must be 2)");
-  }
-  if (c.policy == WindowPolicy::fixed && c.fixed_window < 1)
-    fail("[controller] aah.fixed_window must be >= 1 for regime '", c.regime, "' (fixed window policy)");
-  if (c.warmup_steps < 0) fail("[controller] aah.warmup_steps must be >= 0");
-  if (c.ramp_steps < 0) fail("[controller] aah.ramp_steps must be >= 0");
-}
-
-nlohmann::json controller_config_to_json(const ControllerConfig& c) {
-  return {{"regime", c.regime},
-          {"windows", c.windows},
-          {"control_interval", c.control_interval},
-          {"feature_ema", c.feature_ema},
-          {"resolution_ema", c.resolution_ema},
-          {"tau", c.tau},
-          {"lambda", c.lambda},
-          {"eps", c.eps},
-          {"shape", c.shape},
-          {"grouping", c.grouping},
-          {"joint_scorer", c.joint_scorer},
-          {"parent_clamp", c.parent_clamp},
-          {"topology", topology_mode_name(c.topology)},
-          {"policy", window_policy_name(c.policy)},
-          {"fixed_window", c.fixed_window},
-          {"shuffle_post_select", c.shuffle_post_select},
-          {"freeze_after_warmup", c.freeze_after_warmup},
-          {"warmup_steps", c.warmup_steps},
-          {"ramp_steps", c.ramp_steps},
-          {"seed", c.seed}};
-}
 
 // ============================================================================================================
 // Decision steps (spec section 5)
@@ -400,7 +158,7 @@ void LayerController::shuffle_windows(int step, nlohmann::json* trace) {
 }
 
 // Spec 3 under the regime's topology mode (spec 7), from the smoothed features xbar_.
-void LayerController::build_topology() {
+void LayerController::build_topology(int step) {
   if (!cfg_.grouping) {  // grouping_off: every head its own level-0 item, no upper levels, no siblings
     hier_ = hierarchy_build(level0_singletons(H_), xbar_.data(), H_, {1}, cfg_.lambda, cfg_.eps);
     hier_.pairs.clear();
@@ -433,7 +191,8 @@ void LayerController::build_topology() {
             H_, max_groups, controller_stream_seed(cfg_.seed, kSeedStreamRandomGrouping, uint64_t(layer_), 0));
       }
       hier_ = hierarchy_build(l0, xbar_.data(), H_, cfg_.shape, cfg_.lambda, cfg_.eps);
-      topo_cached_ = true;
+      // reuse_level0 recomputes level 0 at the updates before reuse_cache_step.
+      if (cfg_.topology == TopologyMode::fixed_random || step >= cfg_.reuse_cache_step) topo_cached_ = true;
       break;
     }
   }
@@ -490,7 +249,7 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
   xbar_init_ = true;
   // Spec 3: hierarchy.
   const bool was_cached = topo_cached_;
-  build_topology();
+  build_topology(step);
   // Spec 4, 5.1-5.3: scores, raw choices, parent clamp, head mapping.
   const ControllerDecision d = controller_decide(hier_, scorers_, cfg_.joint_scorer, cfg_.parent_clamp);
   // Spec 5.4-5.6: ramp, resolution EMA, execution windows.
@@ -548,162 +307,6 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
     t["windows"] = windows_;
   }
   return windows_;
-}
-
-// ---- state ----
-//
-// Per layer, under P = prefix + "layers.{l}.":
-//   P base.fc1.weight (64, 29) F32     P base.fc1.bias (64) F32     P base.fc2.weight (K, 64)   P base.fc2.bias (K)
-//   P joint.fc1.weight (256, 116) F32  P joint.fc1.bias (256)       P joint.fc2.weight (2K, 256) P joint.fc2.bias (2K)
-//   P feature_ema (H, 9) F64           smoothed features
-//   P resolution_ema (H) I32           ctilde_h
-//   P windows (H) I32                  windows in force
-//   P state (4) I32                    [feature_ema initialised, topology cached, updates done, levels of the last
-//                                       hierarchy R (0 before any)]
-//   P level0_groups (H) I32            level-0 group of each head in the last hierarchy (-1 before any)
-//   P topology (n) I32                 the last hierarchy's structure: [R, P, n_0 .. n_{R-1},
-//                                       parent of each item of levels 0 .. R-2, P triples (level, a, b)];
-//                                       [0, 0] before any. Level 0's members come from level0_groups.
-namespace {
-
-void save_linear(SafetensorsWriter& w, const std::string& name, const Linear& lin) {
-  w.add_f32(name + ".weight", lin.weight.data(), {lin.out, lin.in});
-  w.add_f32(name + ".bias", lin.bias.data(), {lin.out});
-}
-
-void load_linear(const SafetensorsReader& r, const std::string& name, Linear& lin) {
-  r.read_f32(name + ".weight", lin.weight.data(), {lin.out, lin.in});
-  r.read_f32(name + ".bias", lin.bias.data(), {lin.out});
-}
-
-std::vector<int32_t> read_i32_vector(const SafetensorsReader& r, const std::string& name) {
-  const SafetensorsTensor& t = r.tensor(name);
-  if (t.shape.size() != 1) fail("[controller] ", r.path(), ": tensor '", name, "' must be one-dimensional");
-  std::vector<int32_t> v(size_t(t.shape[0]));
-  r.read_raw(name, "I32", v.data(), {t.shape[0]});
-  return v;
-}
-
-}  // namespace
-
-void LayerController::save(SafetensorsWriter& w, const std::string& prefix) const {
-  static_assert(sizeof(int) == sizeof(int32_t));
-  const std::string P = prefix + "layers." + std::to_string(layer_) + ".";
-  save_linear(w, P + "base.fc1", scorers_.base.fc1);
-  save_linear(w, P + "base.fc2", scorers_.base.fc2);
-  save_linear(w, P + "joint.fc1", scorers_.joint.fc1);
-  save_linear(w, P + "joint.fc2", scorers_.joint.fc2);
-  w.add_raw(P + "feature_ema", "F64", xbar_.data(), xbar_.size() * sizeof(double), {H_, F});
-  w.add_raw(P + "resolution_ema", "I32", ctilde_.data(), ctilde_.size() * 4, {H_});
-  w.add_raw(P + "windows", "I32", windows_.data(), windows_.size() * 4, {H_});
-  const int R = hier_.levels_used();
-  save_state_ = {xbar_init_ ? 1 : 0, topo_cached_ ? 1 : 0, updates_, R};
-  w.add_raw(P + "state", "I32", save_state_.data(), save_state_.size() * 4, {int64_t(save_state_.size())});
-  save_groups_.assign(H_, -1);
-  if (R > 0) save_groups_.assign(hier_.group_of_head.begin(), hier_.group_of_head.end());
-  w.add_raw(P + "level0_groups", "I32", save_groups_.data(), save_groups_.size() * 4, {H_});
-  save_topology_ = {R, int32_t(hier_.pairs.size())};
-  for (int r = 0; r < R; r++) save_topology_.push_back(hier_.levels[r].size());
-  for (int r = 0; r + 1 < R; r++)
-    save_topology_.insert(save_topology_.end(), hier_.levels[r].parent.begin(), hier_.levels[r].parent.end());
-  for (const SiblingPair& p : hier_.pairs) save_topology_.insert(save_topology_.end(), {p.level, p.a, p.b});
-  w.add_raw(P + "topology", "I32", save_topology_.data(), save_topology_.size() * 4,
-            {int64_t(save_topology_.size())});
-}
-
-void LayerController::load(const SafetensorsReader& rd, const std::string& prefix) {
-  const std::string P = prefix + "layers." + std::to_string(layer_) + ".";
-  Scorers sc = scorers_;
-  load_linear(rd, P + "base.fc1", sc.base.fc1);
-  load_linear(rd, P + "base.fc2", sc.base.fc2);
-  load_linear(rd, P + "joint.fc1", sc.joint.fc1);
-  load_linear(rd, P + "joint.fc2", sc.joint.fc2);
-  std::vector<double> xbar(size_t(H_) * F);
-  rd.read_raw(P + "feature_ema", "F64", xbar.data(), {H_, F});
-  std::vector<int> ctilde(H_), windows(H_), groups(H_);
-  rd.read_raw(P + "resolution_ema", "I32", ctilde.data(), {H_});
-  rd.read_raw(P + "windows", "I32", windows.data(), {H_});
-  std::vector<int32_t> state(4);
-  rd.read_raw(P + "state", "I32", state.data(), {4});
-  rd.read_raw(P + "level0_groups", "I32", groups.data(), {H_});
-  const std::vector<int32_t> topo = read_i32_vector(rd, P + "topology");
-
-  auto bad = [&](const std::string& name, const std::string& what) {
-    fail("[controller] ", rd.path(), ": tensor '", P, name, "' ", what);
-  };
-  for (int h = 0; h < H_; h++) {
-    if (ctilde[h] < 0 || ctilde[h] >= K_) bad("resolution_ema", str_cat("holds index ", ctilde[h], " outside [0, ", K_ - 1, "]"));
-    if (windows[h] < 1) bad("windows", str_cat("holds window ", windows[h]));
-  }
-  // Rebuild the hierarchy's structure (features follow at the next update).
-  Hierarchy hier;
-  hier.H = H_;
-  size_t pos = 0;
-  auto next = [&]() -> int {
-    if (pos >= topo.size()) bad("topology", "is truncated");
-    return topo[pos++];
-  };
-  const int R = next(), npairs = next();
-  if (R < 0 || R > 64 || npairs < 0 || npairs > 4 * H_) bad("topology", "has a malformed header");
-  if (R != state[3]) bad("topology", str_cat("has ", R, " levels, state says ", state[3]));
-  if (R > 0) {
-    std::vector<int> n(R);
-    for (int r = 0; r < R; r++) {
-      n[r] = next();
-      if (n[r] < 1 || n[r] > H_ || (r > 0 && n[r] > n[r - 1])) bad("topology", "has a malformed level size");
-    }
-    hier.levels.resize(R);
-    // Level 0 from the head groups.
-    HierLevel& l0 = hier.levels[0];
-    l0.members.resize(n[0]);
-    for (int h = 0; h < H_; h++) {
-      if (groups[h] < 0 || groups[h] >= n[0]) bad("level0_groups", str_cat("puts head ", h, " in group ", groups[h]));
-      l0.members[groups[h]].push_back(h);
-    }
-    for (int r = 0; r < R; r++) {
-      HierLevel& lv = hier.levels[r];
-      if (r > 0) lv.members.resize(n[r]);
-      lv.parent.assign(n[r], -1);
-      if (r + 1 < R)
-        for (int i = 0; i < n[r]; i++) {
-          lv.parent[i] = next();
-          if (lv.parent[i] < 0 || lv.parent[i] >= n[r + 1]) bad("topology", "has a parent index out of range");
-        }
-    }
-    for (int r = 0; r < R; r++) {
-      HierLevel& lv = hier.levels[r];
-      if (r > 0)
-        for (int c = 0; c < n[r - 1]; c++) lv.members[hier.levels[r - 1].parent[c]].push_back(c);
-      lv.min_head.resize(n[r]);
-      for (int i = 0; i < n[r]; i++) {
-        if (lv.members[i].empty()) bad("topology", str_cat("has an empty item at level ", r));
-        lv.min_head[i] = r == 0 ? lv.members[i][0] : hier.levels[r - 1].min_head[lv.members[i][0]];
-        if (i > 0 && lv.min_head[i] <= lv.min_head[i - 1]) bad("topology", "has items out of order");
-      }
-      lv.feature.assign(size_t(n[r]) * F, 0.0);
-      lv.size_frac.assign(n[r], 0.0);
-    }
-    for (int p = 0; p < npairs; p++) {
-      const int level = next(), a = next(), b = next();
-      if (level < 0 || level >= R || a < 0 || b < 0 || a >= n[level] || b >= n[level] || a == b)
-        bad("topology", "has a malformed sibling pair");
-      hier.pairs.push_back({level, a, b});
-    }
-    hier.group_of_head.assign(groups.begin(), groups.end());
-  } else if (state[1]) {
-    bad("state", "says the topology is cached but there is none");
-  }
-  if (pos != topo.size()) bad("topology", "has trailing entries");
-
-  scorers_ = std::move(sc);
-  xbar_ = std::move(xbar);
-  ctilde_ = std::move(ctilde);
-  windows_ = std::move(windows);
-  xbar_init_ = state[0] != 0;
-  topo_cached_ = state[1] != 0;
-  updates_ = state[2];
-  hier_ = std::move(hier);
-  if (R > 0) hierarchy_update_features(hier_, xbar_.data());  // the trace and stats see sensible features
 }
 
 // ============================================================================================================
@@ -776,32 +379,6 @@ std::vector<std::pair<int, double>> Controller::window_bucket_fractions() const 
       it->second += inv;
     }
   return b;
-}
-
-void Controller::save(SafetensorsWriter& w, const std::string& prefix) const {
-  save_dims_ = {int32_t(layers_.size()), H_};
-  save_windows_.assign(cfg_.windows.begin(), cfg_.windows.end());
-  w.add_raw(prefix + "controller.dims", "I32", save_dims_.data(), 8, {2});
-  w.add_raw(prefix + "controller.candidate_windows", "I32", save_windows_.data(), save_windows_.size() * 4,
-            {int64_t(save_windows_.size())});
-  for (const auto& lc : layers_) lc.save(w, prefix);
-}
-
-void Controller::load(const SafetensorsReader& r, const std::string& prefix) {
-  std::vector<int32_t> dims(2);
-  r.read_raw(prefix + "controller.dims", "I32", dims.data(), {2});
-  if (dims[0] != num_layers() || dims[1] != H_)
-    fail("[controller] ", r.path(), ": tensor '", prefix, "controller.dims' says ", dims[0], " layers x ", dims[1],
-         " heads, the model has ", num_layers(), " x ", H_);
-  const std::vector<int32_t> w = read_i32_vector(r, prefix + "controller.candidate_windows");
-  if (!std::equal(w.begin(), w.end(), cfg_.windows.begin(), cfg_.windows.end())) {
-    nlohmann::json a = w, b = cfg_.windows;
-    fail("[controller] ", r.path(), ": tensor '", prefix, "controller.candidate_windows' is ", a.dump(),
-         ", the configuration says ", b.dump());
-  }
-  std::vector<LayerController> loaded = layers_;  // all or nothing: a bad layer leaves this controller unchanged
-  for (auto& lc : loaded) lc.load(r, prefix);
-  layers_ = std::move(loaded);
 }
 
 }  // namespace aah

@@ -45,6 +45,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "controller/controller_config.h"
 #include "controller/features.h"
 #include "controller/hierarchy.h"
 #include "controller/scorer.h"
@@ -53,70 +54,6 @@ namespace aah {
 
 class SafetensorsReader;
 class SafetensorsWriter;
-
-// How the hierarchy's topology evolves over updates (spec section 7).
-enum class TopologyMode {
-  recompute,     // full_adaptive: level 0 and upper levels rebuilt at every update
-  freeze,        // shallow_freeze: the whole topology (level 0, upper levels, pairs) built at the first update, kept
-  reuse_level0,  // deep_reuse: level-0 partition cached at the first update; upper levels rebuilt every update
-  fixed_random,  // fixed_random_grouping: a seeded random level-0 partition, kept; upper levels rebuilt
-};
-
-// Where the windows come from.
-enum class WindowPolicy {
-  controller,     // the AAH-v3 controller
-  off,            // full windows (full, control_off)
-  fixed,          // every head fixed_window (clamped to [1, T])
-  deterministic,  // head h gets W[h mod K]
-  random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
-};
-
-const char* topology_mode_name(TopologyMode m);
-TopologyMode topology_mode_from_string(const std::string& s);  // error lists the names
-const char* window_policy_name(WindowPolicy p);
-WindowPolicy window_policy_from_string(const std::string& s);
-
-// Every knob of the controller. Defaults are the spec's full_adaptive regime.
-struct ControllerConfig {
-  std::string regime = "full_adaptive";
-  std::vector<int> windows;           // candidate windows W_0 < ... < W_{K-1} = T (context); see controller_default_windows
-  int control_interval = 5;           // optimizer steps between control updates; step 0 is an update
-  double feature_ema = 0.9;           // alpha; 0 = no feature EMA
-  double resolution_ema = 0.15;       // beta
-  double tau = 0.995;                 // level-0 cosine threshold [decided]
-  double lambda = 16.0;               // cosine_normdiff norm penalty
-  double eps = 1e-6;                  // cosine_normdiff epsilon
-  std::vector<int> shape = {2, 2, 2, 2};  // hierarchy shape: L0max = min(product, H), at most shape.size() levels
-  bool grouping = true;               // false: every head its own level-0 item, no upper levels (grouping_off)
-  bool joint_scorer = true;           // joint sibling logits replace base logits for sibling pairs
-  bool parent_clamp = true;           // c_i = min(chat_i, c_parent)
-  TopologyMode topology = TopologyMode::recompute;
-  WindowPolicy policy = WindowPolicy::controller;
-  int fixed_window = 0;               // W of policy fixed (must be set, >= 1)
-  bool shuffle_post_select = false;   // permute the final windows across the layer's heads at each update
-  bool freeze_after_warmup = false;   // no control update after warmup: updates only at steps < warmup_steps (and 0)
-  int warmup_steps = 0;               // the training warmup (train.warmup_steps); used by freeze and ramp
-  int ramp_steps = 0;                 // post-warmup ramp length in steps; 0 = off (spec default)
-  uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
-};
-
-// W = [T/8, T/4, T/2, T] (the paper's ratios), smaller entries below 1 or duplicated dropped.
-std::vector<int> controller_default_windows(int T);
-
-// Sets the regime-owned knobs for `name` (see the table in controller.cpp). First resets the regime-owned knobs
-// (policy, grouping, joint_scorer, parent_clamp, shape, topology, shuffle_post_select, freeze_after_warmup,
-// feature_ema, control_interval) to the full_adaptive defaults, then applies the name. A name is a main regime
-// (full, grouping_off, full_adaptive, shallow_freeze, deep_reuse) optionally followed by '+variant' parts, or
-// variants alone (then on top of full_adaptive), e.g. "shallow_freeze+shuffle_post_select",
-// "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema". Apply the regime first and the
-// individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
-void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
-// Names accepted by controller_apply_regime, for help texts.
-std::vector<std::string> controller_regime_names();
-// Checks ranges and relations; errors name the knob ("[controller] aah.tau ...").
-void controller_validate(const ControllerConfig& cfg);
-// Every knob as JSON (run log, checkpoint metadata).
-nlohmann::json controller_config_to_json(const ControllerConfig& cfg);
 
 // ---- decision steps (spec section 5), exposed for tests ----
 // Streams of random numbers, each an Rng seeded with controller_stream_seed(run_seed, stream, layer, step):
@@ -180,7 +117,7 @@ class LayerController {
   int num_heads() const { return H_; }
   int layer_index() const { return layer_; }
 
-  // State tensors under prefix "layers.{l}." (names in controller.cpp, save_state). The writer keeps pointers into
+  // State tensors under prefix "layers.{l}." (layout in controller_state.cpp). The writer keeps pointers into
   // this object: do not update the controller between save() and the writer's write().
   void save(SafetensorsWriter& w, const std::string& prefix) const;
   void load(const SafetensorsReader& r, const std::string& prefix);
@@ -188,7 +125,7 @@ class LayerController {
  private:
   void set_policy_windows(int step);
   void shuffle_windows(int step, nlohmann::json* trace);
-  void build_topology();
+  void build_topology(int step);
 
   ControllerConfig cfg_;
   int H_, K_, layer_;

@@ -1,17 +1,15 @@
 #include "experiments/suite.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/process.h"
 #include "core/sys.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
@@ -26,11 +24,6 @@ namespace aah {
 namespace {
 
 using json = nlohmann::json;
-
-volatile pid_t g_child = 0;
-void forward_signal(int sig) {
-  if (g_child > 0) kill(g_child, sig);
-}
 
 std::string self_exe() {
   char buf[4096];
@@ -92,69 +85,6 @@ void prepare_data(const SuitePreset& p, const std::string& dir) {
 }
 
 }  // namespace
-
-int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
-              std::string* out) {
-  int err_pipe[2], out_pipe[2] = {-1, -1};
-  if (pipe(err_pipe) != 0 || (out && pipe(out_pipe) != 0)) fail("[suite] pipe: ", std::strerror(errno));
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) fail("[suite] fork: ", std::strerror(errno));
-  if (pid == 0) {
-    dup2(err_pipe[1], 2);
-    if (out) dup2(out_pipe[1], 1);
-    close(err_pipe[0]), close(err_pipe[1]);
-    if (out) close(out_pipe[0]), close(out_pipe[1]);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "[suite] cannot run %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(err_pipe[1]);
-  if (out) close(out_pipe[1]);
-  g_child = pid;
-  auto old_int = std::signal(SIGINT, forward_signal), old_term = std::signal(SIGTERM, forward_signal);
-  std::string err_buf;
-  std::vector<pollfd> fds = {{err_pipe[0], POLLIN, 0}};
-  if (out) fds.push_back({out_pipe[0], POLLIN, 0});
-  int open_fds = int(fds.size());
-  char buf[4096];
-  while (open_fds > 0) {
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (size_t i = 0; i < fds.size(); i++) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n <= 0) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        open_fds--;
-        continue;
-      }
-      if (i == 1) {
-        out->append(buf, size_t(n));
-        continue;
-      }
-      err_buf.append(buf, size_t(n));
-      for (size_t nl; (nl = err_buf.find('\n')) != std::string::npos;) {
-        on_line(err_buf.substr(0, nl));
-        err_buf.erase(0, nl + 1);
-      }
-    }
-  }
-  if (!err_buf.empty()) on_line(err_buf);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_child = 0;
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 int suite_run(const SuiteOptions& o) {
   SuitePreset p = suite_preset(o.preset);
@@ -235,7 +165,7 @@ int suite_run(const SuiteOptions& o) {
       std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
                    r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
       int last = r.done_steps;
-      const int rc = run_child(argv, [&](const std::string& line) {
+      auto progress = [&](const std::string& line) {
         int s = 0;
         if (parse_step(line, &s)) {
           steps_here += s - last;
@@ -248,7 +178,9 @@ int suite_run(const SuiteOptions& o) {
         } else if (!line.empty()) {
           std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str());
         }
-      });
+      };
+      // Ctrl-C reaches `aah train` (forwarded too), which checkpoints and exits 130; a rerun resumes.
+      const int rc = process_run(argv, {.on_stderr_line = progress, .forward_signals = true});
       if (rc != 0) {
         std::fprintf(stderr, "[suite] %s: aah train exited with %d%s\n", r.dir.c_str(), rc,
                      rc >= 128 ? "; rerun the same command to resume" : "");
@@ -256,9 +188,9 @@ int suite_run(const SuiteOptions& o) {
       }
     }
     std::string out;
-    const int rc = run_child({exe, "eval", "--run", r.dir, "--data", data, "--json"},
-                             [&](const std::string& line) { std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str()); },
-                             &out);
+    auto say = [&](const std::string& line) { std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str()); };
+    const int rc = process_run({exe, "eval", "--run", r.dir, "--data", data, "--json"},
+                               {.output = &out, .on_stderr_line = say, .forward_signals = true});
     const json ev = json::parse(out, nullptr, false);
     if (rc != 0 || !ev.is_object()) {
       std::fprintf(stderr, "[suite] %s: aah eval exited with %d\n", r.dir.c_str(), rc);

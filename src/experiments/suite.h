@@ -10,7 +10,6 @@
 // anything else is started. Each run and each evaluation is a child process (`aah train`, `aah eval`), so every
 // run's peak memory is its own and an interrupt (Ctrl-C) checkpoints the run in progress.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,11 +27,5 @@ struct SuiteOptions {
 
 // Returns the exit code: 0, or the failing child's (130 after an interrupt).
 int suite_run(const SuiteOptions& opt);
-
-// Runs argv; each line the child writes to stderr goes to on_line (as it comes); stdout is captured into *out
-// when given (else passed through). Returns the exit status, 128 + N if killed by signal N. SIGINT and SIGTERM
-// received meanwhile are forwarded to the child.
-int run_child(const std::vector<std::string>& argv, const std::function<void(const std::string&)>& on_line,
-              std::string* out = nullptr);
 
 }  // namespace aah

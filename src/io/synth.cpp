@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "io/checksum.h"
 #include "io/corpus.h"
 #include "io/files.h"
 #include "io/shard.h"

@@ -1,5 +1,6 @@
 // Run configuration: the model (Hugging Face Qwen3 key names), training (train.*) and the attention-window policy
-// (aah.*). One table of fields drives reading JSON, --set key=value, validation messages and writing config.json.
+// (aah.*). One table of keys (fields() in config.cpp, and the controller's knobs, controller_knobs()) drives
+// reading JSON, --set key=value, validation, --help-config and writing config.json; see io/config_table.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,7 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "controller/controller.h"
+#include "controller/controller_config.h"
+#include "io/config_table.h"
 
 namespace aah {
 
@@ -43,17 +45,22 @@ struct TrainConfig {
   int eval_windows = 32;    // validation windows of context+1 tokens
   std::vector<int> checkpoint_steps = {};  // explicit steps; the last step is always checkpointed
   int checkpoint_interval = 0;             // also every N steps when > 0
-  std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop"
+  std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop" (kNonfiniteNames)
   double spike_factor = 3.0;  // log a loss spike when a step's loss exceeds this x its running mean (0: off)
 };
 
 struct AahConfig {
   std::string regime = "full";      // a controller regime preset (controller_regime_names()), e.g. full_adaptive
-  std::string attention = "local";  // "local" (tiled, skips masked work) or "dense" (T x T scores + mask)
-  // Controller knobs set explicitly (aah.windows, aah.tau, ...), applied on top of the regime's preset. Setting
-  // aah.regime clears them: a regime is a complete preset, knobs given after it refine it.
+  std::string attention = "local";  // "local" (tiled, skips masked work) or "dense" (T x T scores + mask); kAttentionNames
+  // Controller knobs set explicitly ("tau" for aah.tau, ...), each value as its knob row reads it back, applied on
+  // top of the regime's preset. Setting aah.regime clears them: a regime is a complete preset, knobs given after it
+  // refine it.
   nlohmann::json knobs = nlohmann::json::object();
 };
+
+// The names a string-valued key may take (one table each, used by validation and help).
+extern const NameList kNonfiniteNames;  // train.nonfinite: skip, stop
+extern const NameList kAttentionNames;  // aah.attention: local, dense
 
 struct Config {
   ModelConfig model;
@@ -74,7 +81,8 @@ nlohmann::json config_to_json(const Config& cfg);
 // explicit aah.* knobs; warmup and seed from train.*. Validated; errors name the aah.* key.
 ControllerConfig controller_config_of(const Config& cfg);
 
-// Every settable key with its current value and a one-line description (for --help and the README).
+// Every settable key with its current value (aah.* knobs: as resolved for cfg's regime) and a one-line description
+// with its range (for --help-config and the README).
 std::vector<std::pair<std::string, std::string>> config_describe(const Config& cfg);
 
 }  // namespace aah

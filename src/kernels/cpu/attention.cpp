@@ -14,7 +14,8 @@
 //
 // Why transposed scores: with keys as rows and queries as columns, every per-query quantity (running max,
 // sum, lse, Delta) is a vector over 8 consecutive queries, so the softmax needs no horizontal reductions, and
-// all six tile products are one register-blocked kernel C = A B with A read by broadcasts and B by rows.
+// all six tile products are one register-blocked kernel C = A B with A read by broadcasts and B by rows
+// (tile_gemm in kernels/cpu/tile_gemm.h).
 //
 // Counters: pairs_computed counts score elements computed (whole micro-blocks of visited tiles, padding columns
 // included), tiles_visited counts tile-pair visits as executed (the per_tile backward visits each pair twice),
@@ -32,7 +33,9 @@
 
 #include "core/arena.h"
 #include "core/check.h"
-#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_gemm.h"
+#include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
 namespace aah::cpu {
@@ -52,147 +55,39 @@ constexpr float kNegBig = -1e20f;
 AttnBackwardSchedule g_backward_schedule = AttnBackwardSchedule::automatic;
 
 // ---------------------------------------------------------------------------------------------------------------
-// Tile product C (M, N) = [C or diag(rs) C or 0] + A B, with A(r, k) = A[r rsa + k ksa] (read by broadcasts),
-// B(k, c) = B[k ldb + c] and C(r, c) = C[r ldc + c]. Each C element is one FMA chain over k = 0 .. K-1.
-enum GemmMode { kSet, kAdd, kScaleAdd };
+// Band ranges: the k range a block of a boundary tile's product needs (tile_gemm.h), so that the parts of a tile
+// that no visible pair touches are not computed.
 
-#ifdef AAH_ATTN_AVX2
-template <int MR, int NV, int MODE>
-inline void attn_ukernel(int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb, float* C,
-                         int64_t ldc, const float* rs) {
-  __m256 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) {
-      if constexpr (MODE == kSet)
-        acc[r][v] = _mm256_setzero_ps();
-      else if constexpr (MODE == kAdd)
-        acc[r][v] = _mm256_loadu_ps(C + r * ldc + 8 * v);
-      else
-        acc[r][v] = _mm256_mul_ps(_mm256_set1_ps(rs[r]), _mm256_loadu_ps(C + r * ldc + 8 * v));
-    }
-  for (int k = 0; k < K; k++) {
-    __m256 b[NV];
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) b[v] = _mm256_loadu_ps(Bm + k * ldb + 8 * v);
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; r++) {
-      const __m256 a = _mm256_broadcast_ss(A + r * rsa + k * ksa);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) _mm256_storeu_ps(C + r * ldc + 8 * v, acc[r][v]);
-}
-
-// Rows left over after the MR-row blocks: one kernel instantiation per remainder.
-template <int R, int NV, int MODE>
-inline void attn_ukernel_tail(int rem, int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm,
-                              int64_t ldb, float* C, int64_t ldc, const float* rs) {
-  if constexpr (R > 0) {
-    if (rem == R)
-      attn_ukernel<R, NV, MODE>(K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
-    else
-      attn_ukernel_tail<R - 1, NV, MODE>(rem, K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
-  }
-}
-#endif
-
-// The k range [lo, hi) that a block of rows [r0, r1) x columns [c0, c1) needs. Boundary tiles pass one of the
-// band ranges below, so the parts of a tile that no visible pair touches are not computed: an empty range skips
-// the block (kSet and kAdd leave C as it is, kScaleAdd only rescales).
-struct AttnRange {
-  int lo, hi;
-};
-struct AttnFullRange {
-  int K;
-  AttnRange operator()(int, int, int, int) const { return {0, K}; }
-};
 // Score blocks: rows are keys k0 + r, columns queries q0 + c, k runs over d. All or nothing.
 struct AttnScoreRange {
   int q0, k0, W, K;
-  AttnRange operator()(int r0, int r1, int c0, int c1) const {
+  TileRange operator()(int r0, int r1, int c0, int c1) const {
     const int64_t dmax = (int64_t)q0 + c1 - 1 - (k0 + r0), dmin = (int64_t)q0 + c0 - (k0 + r1 - 1);
-    return dmax >= 0 && dmin < W ? AttnRange{0, K} : AttnRange{0, 0};
+    return dmax >= 0 && dmin < W ? TileRange{0, K} : TileRange{0, 0};
   }
 };
 // Rows are queries q0 + r, k runs over the keys k0 + k they can see (k < nk).
 struct AttnQueryRowRange {
   int q0, k0, W, nk;
-  AttnRange operator()(int r0, int r1, int, int) const {
+  TileRange operator()(int r0, int r1, int, int) const {
     return {(int)std::max<int64_t>(0, (int64_t)q0 + r0 - W + 1 - k0), std::min(nk, q0 + r1 - k0)};
   }
 };
 // Rows are keys k0 + r, k runs over the queries q0 + k that see them (k < nq).
 struct AttnKeyRowRange {
   int q0, k0, W, nq;
-  AttnRange operator()(int r0, int r1, int, int) const {
+  TileRange operator()(int r0, int r1, int, int) const {
     return {std::max(0, k0 + r0 - q0), (int)std::min<int64_t>(nq, (int64_t)k0 + r1 + W - 1 - q0)};
   }
 };
-
-#ifdef AAH_ATTN_AVX2
-// All M rows of the column panel [c0, c0 + 8 NV) (its B panel stays in L1 while the row blocks stream).
-// Returns the multiply-adds executed.
-template <int MR, int NV, int MODE, class Range>
-inline uint64_t attn_gemm_panel(int M, int c0, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb,
-                            float* C, int64_t ldc, const float* rs, const Range& range) {
-  uint64_t macs = 0;
-  for (int r = 0; r < M; r += MR) {
-    const int mr = std::min(MR, M - r);
-    AttnRange k = range(r, r + mr, c0, c0 + 8 * NV);
-    if (k.hi <= k.lo) {
-      if (MODE != kScaleAdd) continue;
-      k.hi = k.lo;
-    }
-    const float* a = A + r * rsa + k.lo * ksa;
-    const float* b = Bm + c0 + k.lo * ldb;
-    float* cp = C + r * ldc + c0;
-    const float* rr = MODE == kScaleAdd ? rs + r : rs;
-    if (mr == MR)
-      attn_ukernel<MR, NV, MODE>(k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
-    else
-      attn_ukernel_tail<MR - 1, NV, MODE>(mr, k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
-    macs += (uint64_t)mr * 8 * NV * (k.hi - k.lo);
-  }
-  return macs;
-}
-#endif
-
-template <int MODE, class Range>
-uint64_t attn_gemm(int M, int N, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb, float* C,
-                   int64_t ldc, const float* rs, const Range& range) {
-  int c = 0;
-  uint64_t macs = 0;
-#ifdef AAH_ATTN_AVX2
-  // 6 rows x 2 vectors = 12 accumulators (+ 2 B vectors + 1 broadcast = 15 of the 16 ymm registers): 8 loads
-  // per 12 FMAs and enough independent FMAs in flight to hide their latency.
-  for (; c + 16 <= N; c += 16) macs += attn_gemm_panel<6, 2, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
-  for (; c + 8 <= N; c += 8) macs += attn_gemm_panel<8, 1, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
-#endif
-  for (; c < N; c++)  // portable path, and columns left over when N is not a multiple of 8
-    for (int r = 0; r < M; r++) {
-      const AttnRange k = range(r, r + 1, c, c + 1);
-      if (k.hi <= k.lo && MODE != kScaleAdd) continue;
-      float acc = MODE == kSet ? 0.0f : MODE == kAdd ? C[r * ldc + c] : rs[r] * C[r * ldc + c];
-      for (int j = k.lo; j < k.hi; j++) acc = std::fma(A[r * rsa + j * ksa], Bm[j * ldb + c], acc);
-      C[r * ldc + c] = acc;
-      macs += std::max(0, k.hi - k.lo);
-    }
-  return macs;
-}
 
 // Interior tiles take the full range, boundary tiles the band range.
 template <int MODE, class Band>
 inline uint64_t attn_gemm_tile(bool interior, int M, int N, int K, const float* A, int64_t rsa, int64_t ksa,
                                const float* Bm, int64_t ldb, float* C, int64_t ldc, const float* rs,
                                const Band& band) {
-  if (interior) return attn_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, AttnFullRange{K});
-  return attn_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
+  if (interior) return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, TileFullRange{K});
+  return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +112,7 @@ inline bool attn_tile_interior(int q0, int nq, int k0, int nk, int W) {
 }
 
 // Rows of a key tile that the 8 queries q0 + c .. q0 + c + 7 can see, all of them in interior tiles: [lo, hi).
-inline AttnRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int W) {
+inline TileRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int W) {
   if (interior) return {0, nk};
   const int lo = (int)std::min<int64_t>(nk, std::max<int64_t>(0, (int64_t)q0 + c - W + 1 - k0));
   return {lo, std::max(lo, std::min(nk, q0 + c + 8 - k0))};
@@ -225,7 +120,7 @@ inline AttnRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int
 
 // Boundary tiles: st (nk, ld) rows lo .. hi-1 of columns c .. c+7 (queries q0 + c + lane, keys k0 + j) get kMasked
 // where the key is not visible.
-inline void attn_mask_rows(float* st, AttnRange rows, int c, int q0, int k0, int W) {
+inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int W) {
   for (int j = rows.lo; j < rows.hi; j++) {
     float* row = st + j * kLd + c;
     for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
@@ -235,7 +130,7 @@ inline void attn_mask_rows(float* st, AttnRange rows, int c, int q0, int k0, int
 // dst (D, BQ) = src (nq, D)^T * scale, columns nq .. ncol-1 zeroed.
 void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, float scale) {
   int i = 0;
-#ifdef AAH_ATTN_AVX2
+#ifdef AAH_AVX2
   const __m256 sc = _mm256_set1_ps(scale);
   for (; i + 8 <= nq; i += 8) {
     int d = 0;
@@ -327,12 +222,12 @@ struct LocalCounts {
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W) {
   for (int c = 0; c < ncol; c += 8) {  // ncol is a multiple of 8
-    const AttnRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
+    const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
     for (int j = 0; j < nk; j++)
       if (j < rg.lo || j >= rg.hi)
         for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f;
     if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
-#ifdef AAH_ATTN_AVX2
+#ifdef AAH_AVX2
     const __m256 m_old = _mm256_loadu_ps(ts.m + c);
     __m256 mx0 = _mm256_set1_ps(kMasked), mx1 = mx0;
     int j = rg.lo;
@@ -342,19 +237,19 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
     }
     if (j < rg.hi) mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(st + j * kLd + c));
     const __m256 m_new = _mm256_max_ps(m_old, _mm256_max_ps(mx0, mx1));
-    const __m256 alpha = attn_exp_avx2(_mm256_sub_ps(m_old, m_new));
+    const __m256 alpha = vexp_masked_avx2(_mm256_sub_ps(m_old, m_new));
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     if (!diag) {
       for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
-        const __m256 e0 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
-        const __m256 e1 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new));
+        const __m256 e0 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
+        const __m256 e1 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new));
         _mm256_storeu_ps(st + j * kLd + c, e0);
         _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
         s0 = _mm256_add_ps(s0, e0);
         s1 = _mm256_add_ps(s1, e1);
       }
       if (j < rg.hi) {
-        const __m256 e0 = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
+        const __m256 e0 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
         _mm256_storeu_ps(st + j * kLd + c, e0);
         s0 = _mm256_add_ps(s0, e0);
       }
@@ -366,7 +261,7 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
         const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
         const __m256 x1 = _mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new);
-        const __m256 e0 = attn_exp_avx2(x0), e1 = attn_exp_avx2(x1);
+        const __m256 e0 = vexp_masked_avx2(x0), e1 = vexp_masked_avx2(x1);
         _mm256_storeu_ps(st + j * kLd + c, e0);
         _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
         s0 = _mm256_add_ps(s0, e0);
@@ -380,7 +275,7 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       }
       if (j < rg.hi) {
         const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
-        const __m256 e0 = attn_exp_avx2(x0);
+        const __m256 e0 = vexp_masked_avx2(x0);
         _mm256_storeu_ps(st + j * kLd + c, e0);
         s0 = _mm256_add_ps(s0, e0);
         a0 = _mm256_fmadd_ps(e0, x0, a0);
@@ -404,11 +299,11 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       float mx = kMasked;
       for (int j = rg.lo; j < rg.hi; j++) mx = std::max(mx, st[j * kLd + cc]);
       const float m_new = std::max(m_old, mx);
-      const float alpha = attn_exp_scalar(m_old - m_new);
+      const float alpha = vexp_masked_scalar(m_old - m_new);
       float sum = 0, a_acc = 0, j_acc = 0;
       for (int j = rg.lo; j < rg.hi; j++) {
         const float x = st[j * kLd + cc] - m_new;
-        const float e = attn_exp_scalar(x);
+        const float e = vexp_masked_scalar(x);
         st[j * kLd + cc] = e;
         sum += e;
         a_acc = std::fma(e, x, a_acc);
@@ -517,24 +412,24 @@ void attn_bwd_load_qtile(const AttnArgs& a, const float* dout, const float* lse,
 void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch& ts, float scale, bool interior,
                       int q0, int k0, int W) {
   for (int c = 0; c < ncol; c += 8) {
-    const AttnRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
+    const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
     for (int j = 0; j < nk; j++)
       if (j < rg.lo || j >= rg.hi)
         for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f, dpt[j * kLd + c + i] = 0.0f;
     if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
-#ifdef AAH_ATTN_AVX2
+#ifdef AAH_AVX2
     const __m256 sc = _mm256_set1_ps(scale), lse = _mm256_loadu_ps(ts.lse + c), delta = _mm256_loadu_ps(ts.delta + c);
     for (int j = rg.lo; j < rg.hi; j++) {
       float* sp = st + j * kLd + c;
       float* dp = dpt + j * kLd + c;
-      const __m256 p = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), lse));
+      const __m256 p = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), lse));
       _mm256_storeu_ps(sp, p);
       _mm256_storeu_ps(dp, _mm256_mul_ps(_mm256_mul_ps(p, sc), _mm256_sub_ps(_mm256_loadu_ps(dp), delta)));
     }
 #else
     for (int j = rg.lo; j < rg.hi; j++)
       for (int cc = c; cc < c + 8; cc++) {
-        const float p = attn_exp_scalar(st[j * kLd + cc] - ts.lse[cc]);
+        const float p = vexp_masked_scalar(st[j * kLd + cc] - ts.lse[cc]);
         st[j * kLd + cc] = p;
         dpt[j * kLd + cc] = (p * scale) * (dpt[j * kLd + cc] - ts.delta[cc]);
       }

@@ -18,7 +18,7 @@
 
 #include "core/arena.h"
 #include "core/check.h"
-#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
 namespace aah::cpu {
@@ -46,29 +46,6 @@ void dense_check(int B, int H, int Hkv, int T, int D, const int* window, const c
     fail("[", op, "] bad shape B=", B, " H=", H, " Hkv=", Hkv, " T=", T, " D=", D, " (H must be a multiple of Hkv)");
   for (int h = 0; h < H; h++)
     if (window[h] < 1) fail("[", op, "] window of head ", h, " is ", window[h], ", must be >= 1");
-}
-
-// row[j] = exp(row[j] - shift) over n entries (masked -inf give 0); returns the sum.
-float dense_exp_row(float* row, int n, float shift) {
-  int j = 0;
-  float sum = 0;
-#ifdef AAH_ATTN_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  const __m256 sh = _mm256_set1_ps(shift);
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(row + j), sh));
-    _mm256_storeu_ps(row + j, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  for (float l : lanes) sum += l;
-#endif
-  for (; j < n; j++) {
-    row[j] = attn_exp_scalar(row[j] - shift);
-    sum += row[j];
-  }
-  return sum;
 }
 
 }  // namespace
@@ -109,7 +86,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
           row[j] = attn_visible(i, j, W) ? row[j] : -INFINITY;
           mx = std::max(mx, row[j]);
         }
-        const float sum = dense_exp_row(row, T, mx);
+        const float sum = vexp_shifted_sum</*MASKED=*/true>(row, row, mx, T);  // masked -inf give 0
         const float inv = 1.0f / sum;
         for (int j = 0; j < T; j++) row[j] *= inv;
         lh[i] = mx + std::log(sum);
@@ -173,7 +150,7 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
       for (int i = 0; i < T; i++) {
         float* row = P + (int64_t)i * T;
         for (int j = 0; j < T; j++) row[j] = attn_visible(i, j, W) ? row[j] : -INFINITY;
-        dense_exp_row(row, T, lh[i]);
+        vexp_shifted_sum</*MASKED=*/true>(row, row, lh[i], T);
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, doh, D, beta, dvh, D);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, doh, D, vh, D, 0.0f, dP, T);

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
 namespace aah::cpu {
@@ -172,7 +172,7 @@ void rope_backward(float* dx, const float* cos, const float* sin, int BH, int T,
   rope_rotate(dx, cos, sin, BH, T, D, -1.0f);
 }
 
-static inline float sigmoid(float g) { return 1.0f / (1.0f + exp_scalar(-g)); }
+static inline float sigmoid(float g) { return 1.0f / (1.0f + vexp_scalar(-g)); }
 
 void swiglu_forward(float* out, const float* h, int N, int F) {
 #pragma omp parallel for schedule(static) if (int64_t(N) * F >= kParallelMin)
@@ -181,11 +181,11 @@ void swiglu_forward(float* out, const float* h, int N, int F) {
     const float* u = g + F;
     float* o = out + (int64_t)n * F;
     int f = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#ifdef AAH_AVX2
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; f + 8 <= F; f += 8) {
       const __m256 gv = _mm256_loadu_ps(g + f);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
       _mm256_storeu_ps(o + f, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + f)));
     }
 #endif
@@ -202,11 +202,11 @@ void swiglu_backward(float* dh, const float* dout, const float* h, int N, int F)
     float* dg = dh + (int64_t)n * 2 * F;
     float* du = dg + F;
     int f = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#ifdef AAH_AVX2
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; f + 8 <= F; f += 8) {
       const __m256 gv = _mm256_loadu_ps(g + f), uv = _mm256_loadu_ps(u + f), dv = _mm256_loadu_ps(d + f);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
       // d silu(g) / dg = sig (1 + g (1 - sig))
       const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, sig), one));
       _mm256_storeu_ps(dg + f, _mm256_mul_ps(_mm256_mul_ps(dv, uv), dsilu));
@@ -232,7 +232,7 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
     const float target_logit = l[targets[n]];
     if (dlogits) {
       float* d = dlogits + (int64_t)n * V;
-      const float sum = exp_shifted_sum(d, l, mx, V);  // d holds exp(l - mx) for now
+      const float sum = vexp_shifted_sum(d, l, mx, V);  // d holds exp(l - mx) for now
       losses[n] = mx + std::log(sum) - target_logit;
       const float scale = dscale / sum;
 #pragma omp simd
@@ -241,7 +241,7 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
     } else {
       thread_local std::vector<float> row;  // grown once per thread, reused
       if ((int)row.size() < V) row.resize(V);
-      const float sum = exp_shifted_sum(row.data(), l, mx, V);
+      const float sum = vexp_shifted_sum(row.data(), l, mx, V);
       losses[n] = mx + std::log(sum) - target_logit;
     }
   }

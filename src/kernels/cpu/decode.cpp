@@ -5,7 +5,7 @@
 
 #include <cblas.h>
 
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/vexp.h"
 
 namespace aah::cpu {
 
@@ -17,7 +17,7 @@ void attn_decode_forward(float* out, const float* q, const float* k, const float
   if (n2 > 0) cblas_sgemv(CblasRowMajor, CblasNoTrans, n2, D, scale, k, D, q, 1, 0.0f, scores + n1, 1);
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) mx = std::max(mx, scores[j]);
-  const float inv = 1.0f / exp_shifted_sum(scores, scores, mx, n);
+  const float inv = 1.0f / vexp_shifted_sum(scores, scores, mx, n);
   cblas_sgemv(CblasRowMajor, CblasTrans, n1, D, inv, v + int64_t(start) * D, D, scores, 1, 0.0f, out, 1);
   if (n2 > 0) cblas_sgemv(CblasRowMajor, CblasTrans, n2, D, inv, v, D, scores + n1, 1, 1.0f, out, 1);
 }

@@ -1,17 +1,21 @@
-// Vectorized exp for the softmax and SiLU loops. A Cephes-style polynomial after range reduction
-// x = n ln2 + r, |r| <= ln2/2; relative error about 2 ulp over the clamped range [-87.3, 88.7].
-// The scalar and AVX2 versions compute the same arithmetic, so tails of loops match their bodies.
+// The vectorized exp of every CPU kernel (softmax of logits, SiLU, attention, decoding). A Cephes-style polynomial
+// after the range reduction x = n ln2 + r, |r| <= ln2/2; relative error about 2 ulp over the clamped range
+// [-87.3, 88.7]. The scalar and AVX2 versions compute the same arithmetic, so tails of loops match their bodies.
+//   vexp          exp(x), x clamped to [-87.3, 88.7]
+//   vexp_masked   the same, but exactly 0 below kVexpZeroBelow (and for -inf and NaN): attention's masked scores
+//                 (-inf) give probabilities that are exactly 0. Above it the two are the same, bit for bit.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
+
+#include "kernels/cpu/simd.h"
 
 namespace aah::cpu {
 
-inline float exp_scalar(float x) {
+constexpr float kVexpZeroBelow = -87.0f;
+
+inline float vexp_scalar(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   const float n = std::nearbyint(x * 1.44269504088896341f);
   float r = std::fma(n, -0.693359375f, x);
@@ -30,8 +34,13 @@ inline float exp_scalar(float x) {
   return p * scale;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-inline __m256 exp_avx2(__m256 x) {
+inline float vexp_masked_scalar(float x) {
+  if (!(x >= kVexpZeroBelow)) return 0.0f;
+  return vexp_scalar(x);
+}
+
+#ifdef AAH_AVX2
+inline __m256 vexp_avx2(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -48,17 +57,25 @@ inline __m256 exp_avx2(__m256 x) {
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
+
+inline __m256 vexp_masked_avx2(__m256 x) {
+  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kVexpZeroBelow), _CMP_GE_OQ);
+  return _mm256_and_ps(vexp_avx2(x), keep);
+}
 #endif
 
-// out[i] = exp(x[i] - shift); returns the sum of the outputs (accumulated in a fixed order).
-inline float exp_shifted_sum(float* out, const float* x, float shift, int n) {
+// out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
+// fixed order. out may be x.
+template <bool MASKED = false>
+inline float vexp_shifted_sum(float* out, const float* x, float shift, int n) {
   int i = 0;
   float sum = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#ifdef AAH_AVX2
   __m256 acc = _mm256_setzero_ps();
   const __m256 s = _mm256_set1_ps(shift);
   for (; i + 8 <= n; i += 8) {
-    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), s);
+    const __m256 e = MASKED ? vexp_masked_avx2(d) : vexp_avx2(d);
     _mm256_storeu_ps(out + i, e);
     acc = _mm256_add_ps(acc, e);
   }
@@ -67,7 +84,7 @@ inline float exp_shifted_sum(float* out, const float* x, float shift, int n) {
   for (float l : lanes) sum += l;
 #endif
   for (; i < n; i++) {
-    out[i] = exp_scalar(x[i] - shift);
+    out[i] = MASKED ? vexp_masked_scalar(x[i] - shift) : vexp_scalar(x[i] - shift);
     sum += out[i];
   }
   return sum;

@@ -1,0 +1,218 @@
+// The controller's configuration: the knob table, the enum name tables, the regime table, validation, JSON.
+// See controller_config.h.
+#include "controller/controller_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace aah {
+
+const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
+const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random"}};
+
+// ============================================================================================================
+// Knobs: one row per aah.* key of the controller (default: the member's initializer in ControllerConfig)
+// ============================================================================================================
+
+std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
+  return {
+      {"aah.windows", &c.windows, at_least(1),
+       "candidate windows, ascending, the last = train.context (default context/8, /4, /2, /1)"},
+      {"aah.control_interval", &c.control_interval, at_least(1), "optimizer steps between control updates (step 0 is one)"},
+      {"aah.feature_ema", &c.feature_ema, in_half_open(0, 1), "feature EMA alpha (0: off)"},
+      {"aah.resolution_ema", &c.resolution_ema, in_closed(0, 1), "resolution EMA beta"},
+      {"aah.tau", &c.tau, {}, "level-0 cosine clustering threshold"},
+      {"aah.lambda", &c.lambda, at_least(0), "cosine_normdiff norm penalty"},
+      {"aah.shape", &c.shape, at_least(1), "hierarchy shape: every entry but the last 2, e.g. [2,2,2,2]"},
+      {"aah.grouping", &c.grouping, {}, "level-0 grouping (false: every head its own item, no upper levels)"},
+      {"aah.joint_scorer", &c.joint_scorer, {}, "wide joint sibling scorer replaces base logits for sibling pairs"},
+      {"aah.parent_clamp", &c.parent_clamp, {}, "child window index <= parent's"},
+      {"aah.topology", enum_ref(&c.topology, kTopologyModeNames), {}, "how the hierarchy's topology evolves over updates"},
+      {"aah.policy", enum_ref(&c.policy, kWindowPolicyNames), {}, "where the windows come from"},
+      {"aah.fixed_window", &c.fixed_window, {}, "window of policy fixed (>= 1 there)"},
+      {"aah.shuffle_post_select", &c.shuffle_post_select, {}, "permute final windows across heads at each update (diagnostic)"},
+      {"aah.freeze_after_warmup", &c.freeze_after_warmup, {}, "no control updates after train.warmup_steps"},
+      {"aah.ramp_steps", &c.ramp_steps, at_least(0), "post-warmup ramp length from full windows to the choice (0: off)"},
+      {"aah.reuse_cache_step", &c.reuse_cache_step, at_least(0), "deep_reuse: cache level 0 at the first update at or after this step"},
+  };
+}
+
+std::vector<int> controller_default_windows(int T) {
+  std::vector<int> w;
+  for (int div : {8, 4, 2, 1}) {
+    const int x = T / div;
+    if (x >= 1 && (w.empty() || x > w.back())) w.push_back(x);
+  }
+  return w;
+}
+
+// ============================================================================================================
+// Regimes (spec section 7): a regime is a named set of knob values, written as --set writes them
+// (aah.regime=deep_reuse sets aah.shape=[2,2,2,2] and aah.topology=reuse_level0 on top of the defaults). A name
+// ending in "_N" or "_W" takes a number there ("control_interval_10"), which replaces "N" / "W" among its values.
+// A knob that some regime sets is regime-owned: every regime first resets it to its default.
+// ============================================================================================================
+
+namespace {
+
+struct Regime {
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> sets;  // knob (aah.<knob>) -> value
+  const char* what;
+};
+
+const std::vector<Regime> kMainRegimes = {
+    {"full", {{"policy", "off"}}, "ordinary causal attention, every head the full context"},
+    {"grouping_off", {{"grouping", "false"}, {"joint_scorer", "false"}, {"parent_clamp", "false"}},
+     "every head its own level-0 item, no upper levels, no joint scorer or clamp"},
+    {"full_adaptive", {{"shape", "[2,2,2,2]"}, {"topology", "recompute"}},
+     "level 0 and upper levels recomputed at every update, joint scorer, parent clamp"},
+    {"shallow_freeze", {{"shape", "[2]"}, {"topology", "freeze"}},
+     "topology computed at the first update, then frozen (decisions keep updating)"},
+    {"deep_reuse", {{"shape", "[2,2,2,2]"}, {"topology", "reuse_level0"}},
+     "level-0 partition cached at the first update, upper levels recomputed"},
+};
+
+// One change each; alone they apply on top of full_adaptive, after a main regime joined by '+' on top of it.
+const std::vector<Regime> kVariants = {
+    {"control_off", {{"policy", "off"}}, "the controller never changes windows (full)"},
+    {"fixed_random_grouping", {{"topology", "fixed_random"}}, "a seeded random level-0 partition, kept"},
+    {"freeze_after_warmup", {{"freeze_after_warmup", "true"}}, "no control updates after train.warmup_steps"},
+    {"independent_scoring", {{"joint_scorer", "false"}}, "joint scorer off"},
+    {"no_parent_constraint", {{"parent_clamp", "false"}}, "parent clamp off"},
+    {"no_feature_ema", {{"feature_ema", "0"}}, "feature EMA alpha = 0"},
+    {"fixed_window", {{"policy", "fixed"}}, "every head the window aah.fixed_window"},
+    {"fixed_window_W", {{"policy", "fixed"}, {"fixed_window", "W"}}, "every head window W"},
+    {"deterministic_window", {{"policy", "deterministic"}}, "head h gets W[h mod K]"},
+    {"random_window", {{"policy", "random"}}, "a fresh seeded random window per head per update"},
+    {"shuffle_post_select", {{"shuffle_post_select", "true"}}, "windows permuted across a layer's heads (diagnostic)"},
+    {"control_interval_N", {{"control_interval", "N"}}, "control updates every N steps"},
+};
+
+std::string known_regimes() {
+  std::string s = "main regimes: ";
+  for (size_t i = 0; i < kMainRegimes.size(); i++) s += (i ? ", " : "") + std::string(kMainRegimes[i].name);
+  s += "; variants (alone, or after a main regime joined by '+'): ";
+  for (size_t i = 0; i < kVariants.size(); i++) s += (i ? ", " : "") + std::string(kVariants[i].name);
+  return s;
+}
+
+[[noreturn]] void unknown_regime(const std::string& full, const std::string& part) {
+  fail("[controller] unknown regime '", part, "'", part == full ? "" : str_cat(" in '", full, "'"), " (",
+       known_regimes(), ")");
+}
+
+// The row of `table` that `part` names; for a row whose name ends in "_N" (any capital letter), `part` is the name
+// with a number of up to 9 digits there, returned in *number as the letter and its value.
+const Regime* find_regime(const std::vector<Regime>& table, const std::string& part,
+                          std::pair<std::string, std::string>* number) {
+  for (const Regime& r : table) {
+    const std::string name = r.name;
+    const size_t n = name.size();
+    const bool numbered = n >= 2 && name[n - 2] == '_' && std::isupper(static_cast<unsigned char>(name[n - 1]));
+    if (!numbered) {
+      if (part == name) return &r;
+      continue;
+    }
+    const std::string prefix = name.substr(0, n - 1);  // "control_interval_"
+    if (part.size() <= prefix.size() || part.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = part.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    *number = {name.substr(n - 1), std::to_string(std::stoi(digits))};
+    return &r;
+  }
+  return nullptr;
+}
+
+void set_knob(ControllerConfig& c, const std::string& knob, const std::string& text) {
+  const std::vector<ConfigField> knobs = controller_knobs(c);
+  const ConfigField* f = field_find(knobs, "aah." + knob);
+  AAH_CHECK(f != nullptr, "the regime table sets an unknown knob", knob);
+  field_assign(*f, field_value_of_text(*f, text), "regime table");
+}
+
+void apply_regime_row(ControllerConfig& c, const Regime& r, const std::pair<std::string, std::string>& number) {
+  for (const auto& [knob, value] : r.sets) set_knob(c, knob, value == number.first ? number.second : value);
+}
+
+void reset_regime_knobs(ControllerConfig& c) {
+  ControllerConfig defaults;
+  const std::vector<ConfigField> to = controller_knobs(c), from = controller_knobs(defaults);
+  for (size_t i = 0; i < to.size(); i++)
+    if (controller_knob_set_by_regimes(to[i].key)) field_assign(to[i], field_json(from[i]), "defaults");
+}
+
+}  // namespace
+
+void controller_apply_regime(ControllerConfig& cfg, const std::string& name) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t plus = name.find('+', start);
+    parts.push_back(name.substr(start, plus == std::string::npos ? std::string::npos : plus - start));
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  ControllerConfig c = cfg;
+  reset_regime_knobs(c);
+  for (size_t i = 0; i < parts.size(); i++) {
+    std::pair<std::string, std::string> number;
+    const Regime* r = i == 0 ? find_regime(kMainRegimes, parts[i], &number) : nullptr;  // a main regime only first
+    if (!r) r = find_regime(kVariants, parts[i], &number);
+    if (!r) unknown_regime(name, parts[i]);
+    apply_regime_row(c, *r, number);
+  }
+  c.regime = name;
+  cfg = c;
+}
+
+std::vector<std::string> controller_regime_names() {
+  std::vector<std::string> names;
+  for (const auto* table : {&kMainRegimes, &kVariants})
+    for (const Regime& r : *table) names.push_back(r.name);
+  return names;
+}
+
+bool controller_knob_set_by_regimes(const std::string& key) {
+  for (const auto* table : {&kMainRegimes, &kVariants})
+    for (const Regime& r : *table)
+      for (const auto& kv : r.sets)
+        if (key == "aah." + std::string(kv.first)) return true;
+  return false;
+}
+
+// ============================================================================================================
+// Validation and JSON
+// ============================================================================================================
+
+void controller_validate(const ControllerConfig& cfg) {
+  ControllerConfig c = cfg;
+  for (const ConfigField& f : controller_knobs(c)) field_check(f, "[controller]");
+  // Relations the rows cannot state.
+  const auto& w = c.windows;
+  if (w.empty()) fail("[controller] key 'aah.windows' is empty (the last candidate window must be the context T)");
+  for (size_t i = 1; i < w.size(); i++)
+    if (w[i] <= w[i - 1])
+      fail("[controller] key 'aah.windows' must be strictly ascending, got ", w[i - 1], " then ", w[i]);
+  if (c.shape.empty()) fail("[controller] key 'aah.shape' is empty");
+  // shape[r] is the branching factor that builds level r+1; only 2 (greedy pairing) is implemented.
+  for (size_t i = 0; i + 1 < c.shape.size(); i++)
+    if (c.shape[i] != 2)
+      fail("[controller] key 'aah.shape': branching factor ", c.shape[i], " at level ", i,
+           " is not supported (upper levels pair items: every entry but the last must be 2)");
+  if (c.policy == WindowPolicy::fixed && c.fixed_window < 1)
+    fail("[controller] key 'aah.fixed_window' must be >= 1 for regime '", c.regime, "' (fixed window policy)");
+  if (!(c.eps > 0 && std::isfinite(c.eps))) fail("[controller] eps must be > 0, got ", c.eps);
+  if (c.warmup_steps < 0) fail("[controller] warmup_steps (train.warmup_steps) must be >= 0");
+}
+
+nlohmann::json controller_config_to_json(const ControllerConfig& cfg) {
+  ControllerConfig c = cfg;
+  nlohmann::json j = {{"regime", c.regime}, {"eps", c.eps}, {"warmup_steps", c.warmup_steps}, {"seed", c.seed}};
+  for (const ConfigField& f : controller_knobs(c)) j[f.key.substr(4)] = field_json(f);  // "aah.tau" -> "tau"
+  return j;
+}
+
+}  // namespace aah

@@ -1,0 +1,84 @@
+// The controller's configuration (spec section 7): its knobs (ControllerConfig, one table row each in
+// controller_config.cpp), the enums among them with their name tables, and the regimes, named sets of knob values.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/config_table.h"
+
+namespace aah {
+
+// How the hierarchy's topology evolves over updates (spec section 7). Names: kTopologyModeNames, in this order.
+enum class TopologyMode {
+  recompute,     // full_adaptive: level 0 and upper levels rebuilt at every update
+  freeze,        // shallow_freeze: the whole topology (level 0, upper levels, pairs) built at the first update, kept
+  reuse_level0,  // deep_reuse: level-0 partition cached at the first update (>= reuse_cache_step); upper levels rebuilt
+  fixed_random,  // fixed_random_grouping: a seeded random level-0 partition, kept; upper levels rebuilt
+};
+
+// Where the windows come from. Names: kWindowPolicyNames, in this order.
+enum class WindowPolicy {
+  controller,     // the AAH-v3 controller
+  off,            // full windows (full, control_off)
+  fixed,          // every head fixed_window (clamped to [1, T])
+  deterministic,  // head h gets W[h mod K]
+  random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
+};
+
+extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
+extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random
+inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
+inline const char* window_policy_name(WindowPolicy p) { return enum_name(kWindowPolicyNames, p); }
+
+// Every knob of the controller. Defaults are the spec's full_adaptive regime. The knobs settable as aah.<name>
+// are the rows of controller_knobs(); regime, eps, warmup_steps and seed are not (set by the run).
+struct ControllerConfig {
+  std::string regime = "full_adaptive";
+  std::vector<int> windows;           // candidate windows W_0 < ... < W_{K-1} = T (context); see controller_default_windows
+  int control_interval = 5;           // optimizer steps between control updates; step 0 is an update
+  double feature_ema = 0.9;           // alpha; 0 = no feature EMA
+  double resolution_ema = 0.15;       // beta
+  double tau = 0.995;                 // level-0 cosine threshold [decided]
+  double lambda = 16.0;               // cosine_normdiff norm penalty
+  double eps = 1e-6;                  // cosine_normdiff epsilon
+  std::vector<int> shape = {2, 2, 2, 2};  // hierarchy shape: L0max = min(product, H), at most shape.size() levels
+  bool grouping = true;               // false: every head its own level-0 item, no upper levels (grouping_off)
+  bool joint_scorer = true;           // joint sibling logits replace base logits for sibling pairs
+  bool parent_clamp = true;           // c_i = min(chat_i, c_parent)
+  TopologyMode topology = TopologyMode::recompute;
+  WindowPolicy policy = WindowPolicy::controller;
+  int fixed_window = 0;               // W of policy fixed (must be set, >= 1)
+  bool shuffle_post_select = false;   // permute the final windows across the layer's heads at each update
+  bool freeze_after_warmup = false;   // no control update after warmup: updates only at steps < warmup_steps (and 0)
+  int warmup_steps = 0;               // the training warmup (train.warmup_steps); used by freeze and ramp
+  int ramp_steps = 0;                 // post-warmup ramp length in steps; 0 = off (spec default)
+  int reuse_cache_step = 0;           // reuse_level0: level 0 is cached at the first update at or after this step
+  uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
+};
+
+// The knob table: one row per knob settable as aah.<name> (key "aah.<name>"), pointing into `c`.
+std::vector<ConfigField> controller_knobs(ControllerConfig& c);
+
+// W = [T/8, T/4, T/2, T] (the paper's ratios), smaller entries below 1 or duplicated dropped.
+std::vector<int> controller_default_windows(int T);
+
+// Applies regime `name` (the regime table is in controller_config.cpp). First resets the regime-owned knobs (those
+// some regime sets: controller_knob_set_by_regimes) to their ControllerConfig defaults, then sets the knobs the name
+// lists. A name is a main regime (full, grouping_off, full_adaptive, shallow_freeze, deep_reuse) optionally followed
+// by '+variant' parts, or variants alone (then on top of full_adaptive), e.g. "shallow_freeze+shuffle_post_select",
+// "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema". Apply the regime first and the
+// individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
+void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
+// Names accepted by controller_apply_regime (main regimes, then variants; "_N" / "_W" stand for a number).
+std::vector<std::string> controller_regime_names();
+// True when some regime sets the knob `key` ("aah.topology"): applying any regime resets it.
+bool controller_knob_set_by_regimes(const std::string& key);
+// Checks ranges (the knob table's) and relations; errors name the knob ("[controller] key 'aah.tau' ...").
+void controller_validate(const ControllerConfig& cfg);
+// Every knob as JSON, plus regime, eps, warmup_steps and seed.
+nlohmann::json controller_config_to_json(const ControllerConfig& cfg);
+
+}  // namespace aah

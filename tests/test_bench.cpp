@@ -1,0 +1,197 @@
+// The measurement helper of the benches (src/bench/measure.h): its statistics and its stopping rules, on synthetic
+// spin workloads of known cost ratio. These test the helper, not aah's speed: the bounds are wide on purpose.
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "bench/measure.h"
+#include "core/rng.h"
+#include "core/sys.h"
+
+namespace aah {
+namespace {
+
+// n steps of a dependent multiply-add chain: time proportional to n, not optimised away.
+uint64_t spin(uint64_t n) {
+  uint64_t x = 1;
+  for (uint64_t i = 0; i < n; i++) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    asm volatile("" : "+r"(x));
+  }
+  return x;
+}
+
+// Steps of spin() that take about `ms` milliseconds on this machine now (best of a few tries).
+uint64_t spin_steps_for(double ms) {
+  const uint64_t n = 1 << 20;
+  double best = 1e9;
+  for (int i = 0; i < 5; i++) {
+    const double t0 = now_seconds();
+    spin(n);
+    best = std::min(best, now_seconds() - t0);
+  }
+  return std::max<uint64_t>(1000, uint64_t(double(n) * ms / 1e3 / best));
+}
+
+// The true ratio lies within the reported spread: inside the interquartile range of the per-round ratios,
+// widened by 5% of the median for the spin's own imprecision.
+void expect_ratio_near_two(const SampleStats& r) {
+  EXPECT_GE(r.median, 1.7);
+  EXPECT_LE(r.median, 2.3);
+  EXPECT_GE(2.0, r.q25 - 0.05 * r.median) << "median " << r.median << ", spread " << r.spread;
+  EXPECT_LE(2.0, r.q75 + 0.05 * r.median) << "median " << r.median << ", spread " << r.spread;
+}
+
+TEST(Measure, SampleStatsQuantilesAndSpread) {
+  const SampleStats s = sample_stats({5, 1, 4, 2, 3}, 0.10);
+  EXPECT_EQ(s.n, 5);
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 5);
+  EXPECT_DOUBLE_EQ(s.q25, 2);
+  EXPECT_DOUBLE_EQ(s.q75, 4);
+  EXPECT_DOUBLE_EQ(s.spread, 2.0 / 3);
+  EXPECT_TRUE(s.flagged);
+  EXPECT_EQ(s.samples, (std::vector<double>{5, 1, 4, 2, 3}));  // round order kept
+  const SampleStats even = sample_stats({1, 2, 3, 4}, 0.10);
+  EXPECT_DOUBLE_EQ(even.median, 2.5);
+  EXPECT_DOUBLE_EQ(even.q25, 1.75);
+  EXPECT_DOUBLE_EQ(even.q75, 3.25);
+  EXPECT_FALSE(sample_stats({10, 10.1, 10.2, 10.3}, 0.10).flagged);
+  EXPECT_TRUE(sample_stats({10, 10.1}, 0.10).flagged) << "fewer than 3 samples are not a result";
+  EXPECT_TRUE(sample_stats({}, 0.10).flagged);
+}
+
+TEST(Measure, RatiosArePerRound) {
+  // The machine slows down 4x over the rounds: per-round ratios stay exactly 2, the times spread widely.
+  const std::vector<double> a = {2, 4, 8, 6, 3}, b = {1, 2, 4, 3, 1.5};
+  const SampleStats r = ratio_stats(a, b, 0.10);
+  EXPECT_DOUBLE_EQ(r.median, 2);
+  EXPECT_DOUBLE_EQ(r.spread, 0);
+  EXPECT_FALSE(r.flagged);
+  EXPECT_TRUE(sample_stats(a, 0.10).flagged);
+  const SampleStats ms = scaled(sample_stats(b, 0.10), 1e3);
+  EXPECT_DOUBLE_EQ(ms.median, 2000);
+  EXPECT_DOUBLE_EQ(ms.spread, sample_stats(b, 0.10).spread);
+  const SampleStats rate = rate_stats(sample_stats({0.5, 0.25, 1}, 0.10), 100, 0.10);
+  EXPECT_DOUBLE_EQ(rate.median, 200);
+  EXPECT_EQ(per_round_sum({1, 2}, {3, 4}), (std::vector<double>{4, 6}));
+  const auto j = stats_json(r, true);
+  EXPECT_EQ(j["flagged"], false);
+  EXPECT_EQ(j["n"], 5);
+  EXPECT_EQ(j["samples"].size(), 5u);
+  EXPECT_FALSE(stats_json(r, false).contains("samples"));
+}
+
+TEST(Measure, RoundsWarmupAndUntimedPrepare) {
+  int calls_a = 0, calls_b = 0;
+  std::vector<char> order;
+  MeasureOptions o;
+  o.warmup_rounds = 2, o.rounds_min = 3, o.rounds_max = 7, o.budget_s = 100, o.spread = 10;  // settles at once
+  const MeasureResult r = measure_interleaved(
+      {{"a", [&] { calls_a++, order.push_back('a'); }},
+       {"b", [&] { calls_b++, order.push_back('b'); },
+        [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); }}},
+      o);
+  EXPECT_EQ(r.rounds, 3);
+  EXPECT_TRUE(r.settled);
+  EXPECT_EQ(r.warmup_rounds, 2);
+  EXPECT_EQ(calls_a, 5);
+  EXPECT_EQ(calls_b, 5);
+  for (size_t i = 0; i < order.size(); i++) EXPECT_EQ(order[i], i % 2 ? 'b' : 'a') << "interleaved A B A B";
+  ASSERT_EQ(r.cases.size(), 2u);
+  EXPECT_EQ(r.names[1], "b");
+  EXPECT_EQ(r.cases[1].n, 3);
+  EXPECT_LT(r.cases[1].max, 0.004) << "prepare is not timed";
+}
+
+TEST(Measure, BudgetAndMaximumStopTheRounds) {
+  const uint64_t n = spin_steps_for(10);
+  MeasureOptions o;
+  o.warmup_rounds = 0, o.rounds_min = 2, o.rounds_max = 1000, o.budget_s = 0.1, o.spread = 1e-12;  // never settles
+  MeasureResult r = measure_interleaved({{"x", [&] { spin(n); }}}, o);
+  EXPECT_GE(r.rounds, 2);
+  EXPECT_LE(r.rounds, 12) << "a budget of 0.1 s for about 10 ms a round";
+  EXPECT_FALSE(r.settled);
+  o.budget_s = 100, o.rounds_max = 4;
+  r = measure_interleaved({{"x", [] {}}}, o);
+  EXPECT_EQ(r.rounds, 4);
+  o.rounds_min = 6;  // the minimum wins over a smaller maximum
+  r = measure_interleaved({{"x", [] {}}}, o);
+  EXPECT_EQ(r.rounds, 6);
+}
+
+MeasureResult measure_one_and_two(uint64_t n) {
+  MeasureOptions o;
+  o.warmup_rounds = 1, o.rounds_min = 7, o.rounds_max = 40, o.budget_s = 4, o.spread = 0.10;
+  o.ratios = {{1, 0}};
+  const MeasureResult r = measure_interleaved({{"1x", [n] { spin(n); }}, {"2x", [n] { spin(2 * n); }}}, o);
+  const SampleStats ratio = ratio_stats(r, 1, 0);
+  std::printf("  %d rounds in %.2f s%s: 1x %.2f ms (spread %.3f), 2x %.2f ms (spread %.3f), ratio %.3f (spread %.3f)\n",
+              r.rounds, r.seconds, r.settled ? ", settled" : "", 1e3 * r.cases[0].median, r.cases[0].spread,
+              1e3 * r.cases[1].median, r.cases[1].spread, ratio.median, ratio.spread);
+  if (getenv("AAH_MEASURE_SAMPLES"))
+    for (int i = 0; i < r.rounds; i++) std::printf("    %.2f %.2f\n", 1e3 * r.cases[0].samples[i], 1e3 * r.cases[1].samples[i]);
+  return r;
+}
+
+TEST(Measure, SpinRatioTwo) {
+  const uint64_t n = spin_steps_for(8);
+  const MeasureResult r = measure_one_and_two(n);
+  expect_ratio_near_two(ratio_stats(r, 1, 0));
+  EXPECT_EQ(r.cases[0].n, r.rounds);
+}
+
+TEST(Measure, SpinRatioTwoWhileAnotherProcessCompetesForTheCore) {
+  const uint64_t n = spin_steps_for(8);
+  // This thread and a spinning child on one core: each gets about half of it, in slices.
+  cpu_set_t old_set, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof old_set, &old_set), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old_set)) cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+    for (;;) spin(1 << 20);
+  }
+  const MeasureResult r = measure_one_and_two(n);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  sched_setaffinity(0, sizeof old_set, &old_set);
+  expect_ratio_near_two(ratio_stats(r, 1, 0));
+}
+
+TEST(Measure, ErraticWorkloadIsFlagged) {
+  const uint64_t n = spin_steps_for(2);
+  Rng rng(3);
+  MeasureOptions o;
+  o.warmup_rounds = 0, o.rounds_min = 12, o.rounds_max = 12, o.budget_s = 100, o.spread = 0.10;
+  o.ratios = {{0, 1}};
+  // 1x to 4x of the other case at random, round by round
+  const MeasureResult r =
+      measure_interleaved({{"erratic", [&] { spin(n * (1 + rng.below(4))); }}, {"1x", [n] { spin(n); }}}, o);
+  EXPECT_EQ(r.rounds, 12);
+  EXPECT_FALSE(r.settled);
+  const SampleStats ratio = ratio_stats(r, 0, 1);
+  EXPECT_TRUE(ratio.flagged);
+  EXPECT_GT(ratio.spread, 0.2);
+  EXPECT_TRUE(r.cases[0].flagged);
+  EXPECT_STREQ(flag_mark(ratio), "!");
+  EXPECT_EQ(stats_json(ratio, false)["flagged"], true);
+}
+
+}  // namespace
+}  // namespace aah
