@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
+#include "core/process.h"
 #include "helpers.h"
-#include "io/corpus.h"
 #include "io/files.h"
 #include "io/synth.h"
 
@@ -28,7 +28,7 @@ struct Result {
 // Runs a shell command line with the aah binary as $AAH (one OpenMP thread); stdout and stderr together.
 Result sh(const std::string& cmd) {
   Result r;
-  r.rc = corpus_run({"env", "OMP_NUM_THREADS=1", std::string("AAH=") + AAH_BINARY, "sh", "-c", cmd}, "", &r.out);
+  r.rc = process_run({"env", "OMP_NUM_THREADS=1", std::string("AAH=") + AAH_BINARY, "sh", "-c", cmd}, {.output = &r.out});
   return r;
 }
 
