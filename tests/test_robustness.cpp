@@ -12,6 +12,7 @@
 #include "helpers.h"
 #include "io/files.h"
 #include "io/synth.h"
+#include "model/config.h"
 
 namespace aah {
 namespace {
@@ -185,6 +186,32 @@ TEST(Robustness, GenerateNumbersAreRangeCheckedAndNamed) {
   const Result r = sh(base + "--max-new 300 --temperature 20 --top-k 0 --top-p 1 --seed 9");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_FALSE(has(r.out, "cannot decode")) << r.out;
+}
+
+TEST(Robustness, KnobValuesOutsideTheirMeaningAreErrorsNamingTheKey) {
+  auto error_for = [](const std::vector<std::string>& sets) {
+    return error_of([&] {
+      Config c;
+      for (auto& s : sets) config_set(c, s);
+      config_validate(c);
+    });
+  };
+  for (const char* tau : {"aah.tau=1.5", "aah.tau=-1.01"}) {
+    const std::string msg = error_for({"aah.regime=full_adaptive", tau});
+    EXPECT_TRUE(has(msg, "aah.tau")) << msg;
+  }
+  std::string msg = error_for({"train.steps=100", "train.checkpoint_steps=[50,200]"});
+  EXPECT_TRUE(has(msg, "train.checkpoint_steps") && has(msg, "200") && has(msg, "past the last step")) << msg;
+  // The parameter limit names the key that made the model large.
+  msg = error_for({"vocab_size=9000000"});
+  EXPECT_TRUE(has(msg, "'vocab_size'") && has(msg, "2B")) << msg;
+  msg = error_for({"intermediate_size=2000000"});
+  EXPECT_TRUE(has(msg, "'intermediate_size'")) << msg;
+  // In range: accepted.
+  Config ok;
+  config_set(ok, "aah.tau=-1");
+  config_set(ok, "train.checkpoint_steps=[1000]");
+  config_validate(ok);
 }
 
 TEST(Robustness, RefusedResumeCreatesNothingAndEarlyKillsSayHowToGoOn) {
