@@ -17,10 +17,18 @@ namespace aah {
 
 namespace {
 
-std::string read_stdin() {
-  std::ostringstream s;
-  s << std::cin.rdbuf();
-  return s.str();
+// Standard input, up to the limit files have (read_file): a stream that does not end is an error, not a hang on
+// memory.
+std::string read_stdin(size_t max_bytes = size_t(256) << 20) {
+  std::string out;
+  std::vector<char> buf(1 << 16);
+  while (std::cin.read(buf.data(), std::streamsize(buf.size())) || std::cin.gcount() > 0) {
+    out.append(buf.data(), size_t(std::cin.gcount()));
+    if (out.size() > max_bytes)
+      fail("[tokenize] standard input: more than the limit of ", max_bytes, " bytes (", max_bytes >> 20,
+           " MiB); tokenize the text in parts");
+  }
+  return out;
 }
 
 void add_corpus_options(CLI::App* c, CorpusOptions& o) {

@@ -1,4 +1,5 @@
 // aah generate: stream text from a run's model with its per-head KV cache.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -24,12 +25,25 @@ struct GenerateOptions {
   std::vector<std::string> sets;
 };
 
+// Every number range-checked, the flag named: a value outside its meaning is an error, never a silent greedy or 1.
+void generate_validate(const GenerateOptions& o) {
+  constexpr int kMaxNew = 1 << 20;
+  if (o.max_new < 1 || o.max_new > kMaxNew)
+    fail("[generate] --max-new must be in [1, ", kMaxNew, "], got ", o.max_new);
+  const SamplerOptions& s = o.sampler;
+  if (!(s.temperature >= 0 && s.temperature <= 100))
+    fail("[generate] --temperature must be in [0, 100] (0: greedy), got ", s.temperature);
+  if (s.top_k < 0) fail("[generate] --top-k must be >= 0 (0: all tokens), got ", s.top_k);
+  if (!(s.top_p > 0 && s.top_p <= 1)) fail("[generate] --top-p must be in (0, 1] (1: off), got ", s.top_p);
+}
+
 int run_generate(const GenerateOptions& o) {
+  generate_validate(o);
   Config cfg = run_config_load(o.run);
   for (auto& s : o.sets) config_set(cfg, s);
   config_validate(cfg);
   const std::string tok_path = o.run + "/tokenizer.json";
-  if (!file_exists(tok_path)) fail("[generate] ", o.run, ": no tokenizer.json (copy the data's tokenizer.json there)");
+  if (!path_exists(tok_path)) fail("[generate] ", o.run, ": no tokenizer.json (copy the data's tokenizer.json there)");
   Tokenizer tok = Tokenizer::load(tok_path);
   std::vector<int32_t> ids = tok.encode(o.prompt);
   if (ids.empty()) fail("[generate] the prompt encodes to no tokens");
@@ -42,7 +56,7 @@ int run_generate(const GenerateOptions& o) {
   {
     WindowPolicyRunner policy(cfg, model);  // the windows in force at the checkpoint
     const std::string state = o.run + "/controller_state.safetensors";
-    if (file_exists(state)) policy.load(SafetensorsReader(state));
+    if (path_exists(state)) policy.load(SafetensorsReader(state));
   }
   Decoder dec(model, positions);
   Sampler sampler(o.sampler);
@@ -55,8 +69,10 @@ int run_generate(const GenerateOptions& o) {
   std::fputs(printed.c_str(), stdout);
   std::fflush(stdout);
   const double t1 = now_seconds();
+  // A model may have more rows than its tokenizer has ids (vocab_size rounded up): never emit one it cannot decode.
+  const int sample_V = std::min(cfg.model.vocab_size, int(tok.vocab_size()));
   for (int i = 0; i < o.max_new; i++) {
-    const int32_t next = sampler.sample(logits, cfg.model.vocab_size);
+    const int32_t next = sampler.sample(logits, sample_V);
     out.push_back(next);
     // Print what the new token completes (a token may end inside a UTF-8 character).
     std::string text = tok.decode(out);

@@ -22,7 +22,7 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.control_interval", &c.control_interval, at_least(1), "optimizer steps between control updates (step 0 is one)"},
       {"aah.feature_ema", &c.feature_ema, in_half_open(0, 1), "feature EMA alpha (0: off)"},
       {"aah.resolution_ema", &c.resolution_ema, in_closed(0, 1), "resolution EMA beta"},
-      {"aah.tau", &c.tau, {}, "level-0 cosine clustering threshold"},
+      {"aah.tau", &c.tau, in_closed(-1, 1), "level-0 cosine clustering threshold"},
       {"aah.lambda", &c.lambda, at_least(0), "cosine_normdiff norm penalty"},
       {"aah.shape", &c.shape, at_least(1), "hierarchy shape: every entry but the last 2, e.g. [2,2,2,2]"},
       {"aah.grouping", &c.grouping, {}, "level-0 grouping (false: every head its own item, no upper levels)"},

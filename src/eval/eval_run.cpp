@@ -1,6 +1,7 @@
 #include "eval/eval_run.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 
@@ -19,13 +20,14 @@ namespace aah {
 
 nlohmann::json eval_run(const EvalRunOptions& o) {
   Config cfg = run_config_load(o.run);
+  const std::string run_regime = cfg.aah.regime;
   for (auto& s : o.sets) config_set(cfg, s);
   config_validate(cfg);
   if (o.data.empty() == o.text.empty()) fail("[eval] give exactly one of --data DIR or --text FILE");
   TokenShard val;
   if (!o.text.empty()) {  // any UTF-8 text, tokenized with the run's tokenizer
     const std::string tok_path = o.run + "/tokenizer.json";
-    if (!file_exists(tok_path)) fail("[eval] ", o.run, ": no tokenizer.json to tokenize ", o.text);
+    if (!path_exists(tok_path)) fail("[eval] ", o.run, ": no tokenizer.json to tokenize ", o.text);
     val.path = o.text;
     val.tokens = Tokenizer::load(tok_path).encode(read_file(o.text));
     val.vocab_size = 0;
@@ -57,7 +59,13 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   WindowPolicyRunner policy(cfg, model);
   const std::string state = o.run + "/controller_state.safetensors";
   bool decide = true;
-  if (file_exists(state)) {
+  // A run's state that is there but unreadable (a dangling link, no permission, corrupt) is an error, never a
+  // silent re-decision of the windows; so is a trained run evaluated under its own regime without one.
+  const bool state_present = std::filesystem::exists(std::filesystem::symlink_status(state));
+  if (!state_present && dir_kind(o.run) == DirKind::run && cfg.aah.regime == run_regime)
+    fail("[eval] ", state, " is missing: the run's windows cannot be restored (--set aah.regime=NAME evaluates ",
+         "the model under a controller that decides its own windows)");
+  if (state_present) {
     SafetensorsReader reader(state);
     if (reader.metadata().count("regime") && reader.metadata().at("regime") == cfg.aah.regime) {
       policy.load(reader);

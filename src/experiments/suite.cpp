@@ -103,6 +103,7 @@ int suite_run(const SuiteOptions& o) {
     steps = cfg.train.steps;
   }
 
+  dir_check_kind(o.out, DirKind::suite, "[suite]", "--out");
   make_dirs(o.out);
   // suite.json: what this suite is. A rerun must be the same preset with the same assignments (regimes and seeds
   // may be added); otherwise finished runs would be silently mixed with differently configured ones.

@@ -30,13 +30,57 @@ struct Fd {
   }
 };
 
+// "a FIFO", "a character device", ... for a mode that is not a regular file.
+const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+// " (a link to /dev/zero)" when `path` is a symbolic link, else "".
+std::string via_link(const std::string& path) {
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size() - 1);
+  return n > 0 ? str_cat(" (a link to ", std::string(buf.data(), size_t(n)), ")") : "";
+}
+
+// Opens `path` for reading only if it is a regular file: a FIFO, device or socket is refused at once (opened
+// without blocking, then checked), never waited on or read from. Errors read "TAG PATH: ...".
+int open_regular(const std::string& path, const char* tag) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) fail(tag, " ", path, ": cannot open: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(tag, " ", path, ": cannot stat: ", std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(tag, " ", path, ": is ", kind_of(st.st_mode), via_link(path), ", not a regular file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 }  // namespace
+
+void check_output_path(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;  // absent (or a dangling link): a new file
+  if (!S_ISREG(st.st_mode))
+    fail("[file] ", path, ": is ", kind_of(st.st_mode), via_link(path), "; aah writes only regular files");
+}
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   write_file_atomic_parts(path, {{bytes.data(), bytes.size()}});
 }
 
 void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan>& parts) {
+  check_output_path(path);  // the rename would replace a device, FIFO or socket with a regular file
   std::string tmp = str_cat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("[file] ", path, ": cannot create temporary file ", tmp, ": ", std::strerror(errno));
@@ -77,17 +121,15 @@ void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan
 
 std::string read_file(const std::string& path, size_t max_bytes) {
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) fail("[file] ", path, ": cannot open: ", std::strerror(errno));
+  f.fd = open_regular(path, "[file]");
   struct stat st;
   if (::fstat(f.fd, &st) != 0) fail("[file] ", path, ": cannot stat: ", std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail("[file] ", path, ": is a directory");
-  if (S_ISREG(st.st_mode) && uint64_t(st.st_size) > max_bytes)
+  if (uint64_t(st.st_size) > max_bytes)
     fail("[file] ", path, ": is ", st.st_size, " bytes, more than the limit of ", max_bytes);
 
-  // Read to EOF rather than trusting st_size (pipes, files that change while being read).
+  // Read to EOF rather than trusting st_size (files that change while being read).
   std::string out;
-  if (S_ISREG(st.st_mode)) out.reserve(size_t(st.st_size));
+  out.reserve(size_t(st.st_size));
   std::vector<char> buf(1 << 16);
   for (;;) {
     ssize_t n = ::read(f.fd, buf.data(), buf.size());
@@ -140,6 +182,11 @@ nlohmann::json parse_json(const std::string& text, const std::string& name, cons
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
 }
 
 bool dir_exists(const std::string& path) {
@@ -208,15 +255,49 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
+DirKind dir_kind(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return DirKind::missing;
+  if (!S_ISDIR(st.st_mode)) return DirKind::not_dir;
+  auto has = [&](const char* name) {
+    struct stat f;
+    return ::lstat((path + "/" + name).c_str(), &f) == 0;
+  };
+  if (has("suite.json")) return DirKind::suite;
+  if (has("train.bin") || has("val.bin") || has("meta.json")) return DirKind::corpus;
+  // config.json with model.safetensors alone is a Hugging Face model directory (other), not an aah run.
+  if (has("config.json") && (has("metrics.jsonl") || has("checkpoint"))) return DirKind::run;
+  std::error_code ec;
+  return std::filesystem::is_empty(path, ec) ? DirKind::empty : DirKind::other;
+}
+
+const char* dir_kind_name(DirKind k) {
+  switch (k) {
+    case DirKind::missing: return "missing";
+    case DirKind::not_dir: return "a file, not a directory";
+    case DirKind::empty: return "an empty directory";
+    case DirKind::suite: return "a suite directory (suite.json)";
+    case DirKind::corpus: return "a corpus directory (train.bin, val.bin, meta.json)";
+    case DirKind::run: return "a run directory (config.json, metrics.jsonl, checkpoint)";
+    case DirKind::other: return "a directory of other files";
+  }
+  return "?";
+}
+
+void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag) {
+  const DirKind k = dir_kind(path);
+  if (k == DirKind::missing || k == DirKind::empty || k == DirKind::other || k == want) return;
+  fail(tag, " ", flag, " ", path, " is ", dir_kind_name(k), "; it cannot become ", dir_kind_name(want),
+       ": choose another ", flag);
+}
+
 ByteSource ByteSource::file(const std::string& path, const char* tag) {
   ByteSource s;
   s.name_ = path;
   s.tag_ = tag;
-  s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (s.fd_ < 0) fail(tag, " ", path, ": cannot open: ", std::strerror(errno));
+  s.fd_ = open_regular(path, tag);
   struct stat st;
   if (::fstat(s.fd_, &st) != 0) fail(tag, " ", path, ": cannot stat: ", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(tag, " ", path, ": not a regular file");
   s.size_ = uint64_t(st.st_size);
   return s;
 }

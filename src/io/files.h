@@ -17,7 +17,12 @@ struct ByteSpan {
   size_t size;
 };
 void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan>& parts);
+// Reads a whole regular file (at most max_bytes). A FIFO, device or socket is refused at once, never waited on; the
+// error names what the path is (and the link it goes through).
 std::string read_file(const std::string& path, size_t max_bytes = size_t(1) << 30);
+// Refuses (aah::Error) an output path that exists and is not a regular file (a device, FIFO, socket or directory,
+// directly or through a link): the atomic rename would replace it. Called by every write_file_atomic*.
+void check_output_path(const std::string& path);
 // Parses a JSON file; errors say "[json] FILE: <what and where>".
 nlohmann::json read_json_file(const std::string& path);
 // Same for text already in memory; `name` stands for the file in errors, which read "TAG NAME: CONTEXT what".
@@ -25,7 +30,10 @@ nlohmann::json read_json_file(const std::string& path);
 constexpr int kMaxJsonDepth = 512;
 nlohmann::json parse_json(const std::string& text, const std::string& name, const char* tag = "[json]",
                           const char* context = "");
-bool file_exists(const std::string& path);
+bool file_exists(const std::string& path);  // a regular file (through links) is there
+// Anything is at `path` (a file, a FIFO, a dangling link...). "Is it missing?" asks this, so that a file that is
+// there but cannot be read is reported by its reader as unreadable, not as missing.
+bool path_exists(const std::string& path);
 bool dir_exists(const std::string& path);
 void make_dirs(const std::string& path);  // mkdir -p
 void fsync_dir(const std::string& dir);
@@ -41,6 +49,16 @@ std::vector<std::string> list_dir(const std::string& dir);
 // Reads exactly n bytes at `offset` of fd (retrying short reads); errors read "TAG PATH: ..." and a read past
 // the end says the file is shorter than expected.
 void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string& path, const char* tag);
+
+// What a directory is to aah, from the files that mark each kind: a suite (suite.json), a corpus (train.bin,
+// val.bin or meta.json), a run (config.json with metrics.jsonl or a checkpoint; a Hugging Face model directory is
+// "other").
+enum class DirKind { missing, not_dir, empty, suite, corpus, run, other };
+DirKind dir_kind(const std::string& path);
+const char* dir_kind_name(DirKind k);  // "a corpus directory (train.bin, val.bin)", ...
+// Refuses (aah::Error "TAG FLAG PATH is ...") to use `path` as a directory of kind `want` (suite, corpus or run) when
+// it is a file or another kind of aah directory: a run directory never becomes a corpus, and so on.
+void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag);
 
 // The bytes of a file or of a buffer in memory, read by offset. Binary readers (safetensors, token shards) read
 // through one, so the same validating code serves files and in-memory bytes (fuzzing, tests).

@@ -184,11 +184,22 @@ void config_validate(const Config& cfg) {
   need(m.head_dim % 2 == 0, "head_dim", str_cat("must be even (RoPE rotates pairs), got ", m.head_dim));
   need(t.min_lr <= t.lr, "train.min_lr", str_cat("must be <= train.lr (", t.lr, "), got ", t.min_lr));
   controller_config_of(cfg);  // regime and knobs; errors name the aah.* key
-  const double params = double(m.vocab_size) * m.hidden_size * (m.tie_word_embeddings ? 1 : 2) +
-                        double(m.num_hidden_layers) * m.hidden_size *
-                            (double(m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim +
-                             double(m.num_attention_heads) * m.head_dim + 3.0 * m.intermediate_size);
-  need(params < 2e9, "hidden_size", str_cat("gives ", params / 1e9, "B parameters; aah trains up to 2B"));
+  for (int step : t.checkpoint_steps)
+    need(step <= t.steps, "train.checkpoint_steps",
+         str_cat("has step ", step, ", past the last step train.steps = ", t.steps));
+  // The parameter-count limit names the key whose term is largest: the embedding (vocab_size x hidden_size), the
+  // attention projections or the MLP (intermediate_size), both times num_hidden_layers.
+  const double embed = double(m.vocab_size) * m.hidden_size * (m.tie_word_embeddings ? 1 : 2);
+  const double attn = double(m.num_hidden_layers) * m.hidden_size *
+                      (double(m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim +
+                       double(m.num_attention_heads) * m.head_dim);
+  const double mlp = double(m.num_hidden_layers) * m.hidden_size * 3.0 * m.intermediate_size;
+  const double params = embed + attn + mlp;
+  const char* largest = embed >= attn && embed >= mlp ? "vocab_size" : mlp >= attn ? "intermediate_size" : "num_attention_heads";
+  need(params < 2e9, largest,
+       str_cat("makes the model too large: ", params / 1e9, "B parameters (embedding ", embed / 1e9, "B, attention ",
+               attn / 1e9, "B, MLP ", mlp / 1e9, "B over num_hidden_layers = ", m.num_hidden_layers,
+               "); aah trains up to 2B"));
 }
 
 json config_to_json(const Config& cfg) {

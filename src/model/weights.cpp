@@ -32,11 +32,11 @@ std::map<std::string, std::string> weights_load(const std::string& path, Model<f
 
 void weights_load_dir(const std::string& dir, Model<float>& model) {
   const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
-  if (file_exists(single)) {
+  if (path_exists(single)) {
     weights_load(single, model);
     return;
   }
-  if (!file_exists(index)) fail("[weights] ", dir, ": neither model.safetensors nor model.safetensors.index.json");
+  if (!path_exists(index)) fail("[weights] ", dir, ": neither model.safetensors nor model.safetensors.index.json");
   std::vector<std::string> names;
   std::map<std::string, const ParamTensor*> by_name;
   for (const ParamTensor& t : model.tensors()) {
@@ -75,7 +75,7 @@ std::map<std::string, std::vector<std::string>> weights_index_shards(const nlohm
 
 Config run_config_load(const std::string& run_dir) {
   const std::string path = run_dir + "/config.json";
-  if (!file_exists(path)) fail("[run] ", run_dir, ": no config.json (is this a run directory?)");
+  if (!path_exists(path)) fail("[run] ", run_dir, ": no config.json (is this a run directory?)");
   Config cfg;
   config_apply_json(cfg, read_json_file(path), path);
   config_validate(cfg);

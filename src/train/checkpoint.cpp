@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "io/files.h"
+#include "io/files.h"
 
 namespace aah {
 
@@ -112,6 +113,33 @@ RunLock::RunLock(const std::string& run) {
 
 RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+void run_dir_check(const std::string& run, bool resume, bool force) {
+  dir_check_kind(run, DirKind::run, "[train]", "--out");
+  const DirKind kind = dir_kind(run);
+  const bool has_checkpoint = kind == DirKind::run && !checkpoint_dir(run).empty();
+  if (resume) {
+    if (kind == DirKind::missing) fail("[train] --resume ", run, ": no such run directory");
+    if (kind != DirKind::run) fail("[train] --resume ", run, ": not a run directory (it is ", dir_kind_name(kind), ")");
+    if (!has_checkpoint)
+      fail("[train] --resume ", run, ": the run stopped before its first checkpoint (", run, "/checkpoint is missing), ",
+           "so there is nothing to continue: start it again with --force (train.checkpoint_interval=N checkpoints ",
+           "every N steps)");
+    return;
+  }
+  if (kind != DirKind::run || force) {
+    // A directory of other files: refuse only where a run's file would replace one of them.
+    for (const char* f : {"config.json", "metrics.jsonl", "tokenizer.json", "model.safetensors"})
+      if (kind == DirKind::other && !force && file_exists(run + "/" + f))
+        fail("[train] --out ", run, " holds a ", f, " that is not from an aah run: choose another --out, or --force to ",
+             "replace it");
+    return;
+  }
+  if (has_checkpoint)
+    fail("[train] ", run, " already holds a run: use --resume to continue it or --force to overwrite it");
+  fail("[train] ", run, " already holds a run that stopped before its first checkpoint: use --force to start it ",
+       "again");
 }
 
 }  // namespace aah

@@ -37,6 +37,11 @@ std::vector<std::string> checkpoint_clean(const std::string& run);
 // Forgets RUN's checkpoint (a fresh start with --force): the link first, then the files.
 void checkpoint_remove(const std::string& run);
 
+// Checks `run` before `aah train` touches it (nothing is created when it refuses): with `resume`, it must be a
+// run with a checkpoint (a run stopped before its first checkpoint is told to start again with --force); without,
+// it must not hold another run's results unless `force`, and never be a file, a corpus or a suite directory.
+void run_dir_check(const std::string& run, bool resume, bool force);
+
 // Test hook: with AAH_CHECKPOINT_DELAY_MS=N in the environment, sleeps N ms (called between the files of a
 // checkpoint and before its commit), so kill tests can land in the middle of a checkpoint write. No-op otherwise.
 void checkpoint_test_delay();

@@ -194,14 +194,6 @@ void check_ranks_agree(Comm& comm, Model<float>& model, int step) {
            " than rank 0 (data-parallel ranks diverged); the last checkpoint is kept");
 }
 
-bool run_dir_has_results(const std::string& dir) {
-  if (!read_link(dir + "/checkpoint").empty()) return true;
-  for (const char* f : {"config.json", "model.safetensors", "training_state.safetensors", "controller_state.safetensors",
-                        "metrics.jsonl"})
-    if (file_exists(dir + "/" + f)) return true;
-  return false;
-}
-
 // One optimizer step's tokens: micro_batches micro-batches of this rank's B sequences of T tokens each.
 struct Batch {
   int micro_batches = 0, B = 0, T = 0;
@@ -291,9 +283,7 @@ int train_run(const TrainOptions& o) {
   const bool lead = rank == 0;  // writes the run directory, metrics and progress
   const bool quiet = o.quiet || !lead;
   Config cfg = o.config;
-  if (o.resume && !dir_exists(o.out_dir)) fail("[train] --resume ", o.out_dir, ": no such run directory");
-  if (!o.resume && run_dir_has_results(o.out_dir) && !o.force)
-    fail("[train] ", o.out_dir, " already holds a run: use --resume to continue it or --force to overwrite it");
+  run_dir_check(o.out_dir, o.resume, o.force);
   std::optional<RunLock> lock;  // rank 0 owns the run directory
   if (lead) {
     make_dirs(o.out_dir);
