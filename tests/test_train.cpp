@@ -239,11 +239,12 @@ TEST(Config, KeysAreDescribedAndKnobsRoundTrip) {
   for (auto& [k, v] : config_describe(c)) described.insert(k);
   const nlohmann::json j = config_to_json(c);
   for (auto& [k, v] : j.items()) {
-    if (v.is_object())
+    if (v.is_object()) {
       for (auto& [k2, v2] : v.items()) EXPECT_TRUE(described.count(k + "." + k2)) << k << "." << k2;
-    else if (k != "architectures" && k != "model_type" && k != "torch_dtype" && k != "hidden_act" &&
-             k != "attention_bias" && k != "max_position_embeddings")
+    } else if (k != "architectures" && k != "model_type" && k != "torch_dtype" && k != "hidden_act" &&
+               k != "attention_bias" && k != "max_position_embeddings") {
       EXPECT_TRUE(described.count(k)) << k;
+    }
   }
   EXPECT_EQ(j["aah"]["topology"], "reuse_level0");
   EXPECT_EQ(j["aah"]["shape"], nlohmann::json({2}));  // from the regime
