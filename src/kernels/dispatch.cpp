@@ -5,21 +5,16 @@
 
 namespace aah {
 
+// The one name table of AttnImpl, in enum order (aah.attention accepts local and dense: kAttentionNames).
+static const char* const kAttnImplNames[] = {"local", "dense", "ref"};
+
 AttnImpl attn_impl_from_name(const std::string& name) {
-  if (name == "local") return AttnImpl::local;
-  if (name == "dense") return AttnImpl::dense;
-  if (name == "ref") return AttnImpl::ref;
+  for (int i = 0; i < 3; i++)
+    if (name == kAttnImplNames[i]) return AttnImpl(i);
   fail("[config] aah.attention: unknown attention '", name, "': expected local or dense (or ref)");
 }
 
-const char* attn_impl_name(AttnImpl impl) {
-  switch (impl) {
-    case AttnImpl::local: return "local";
-    case AttnImpl::dense: return "dense";
-    case AttnImpl::ref: return "ref";
-  }
-  return "?";
-}
+const char* attn_impl_name(AttnImpl impl) { return kAttnImplNames[int(impl)]; }
 
 void attention_forward(AttnImpl impl, float* out, float* lse, const float* q, const float* k, const float* v,
                        const int* window, int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag,
