@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/process.h"
 #include "helpers.h"
@@ -237,6 +240,41 @@ TEST(Robustness, RefusedResumeCreatesNothingAndEarlyKillsSayHowToGoOn) {
   EXPECT_TRUE(has(r.out, "stopped before its first checkpoint") && has(r.out, "--force")) << r.out;
   r = sh("$AAH train --quiet --force --data " + f.data + " --out " + early + " " + Fixture::small_model());
   EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+// metrics.jsonl without what depends on the clock or memory: one line per entry.
+std::vector<std::string> metrics_without_timing(const std::string& path) {
+  std::vector<std::string> lines;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* k : {"tokens_per_s", "peak_rss_mb", "elapsed_s", "allreduce_ms", "allreduce_share"}) j.erase(k);
+    lines.push_back(j.dump());
+  }
+  return lines;
+}
+
+TEST(Robustness, ResumeLogsWhatAnUninterruptedRunLogs) {
+  Fixture& f = fixture();
+  TempDir d("robust_log");
+  // Log every 3 steps, checkpoint every 4: resumes land inside a log window, whose average must still cover it all.
+  const std::string model = Fixture::small_model() +
+                            " --set train.steps=12 --set train.log_interval=3 --set train.checkpoint_interval=4 "
+                            "--set aah.regime=full_adaptive --set aah.control_interval=2";
+  Result r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/whole " + model);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::vector<std::string> whole = metrics_without_timing(d.path + "/whole/metrics.jsonl");
+  ASSERT_EQ(whole.size(), 4u);
+  for (const int stop : {4, 5}) {  // 5: a stop checkpoint between the regular ones
+    const std::string run = d.path + "/stopped" + std::to_string(stop);
+    r = sh("$AAH train --quiet --data " + f.data + " --out " + run + " " + model + " --stop-after " +
+           std::to_string(stop));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    r = sh("$AAH train --quiet --resume --data " + f.data + " --out " + run);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(metrics_without_timing(run + "/metrics.jsonl"), whole) << "stopped after step " << stop;
+  }
 }
 
 TEST(Robustness, EvalRefusesAnUnreadableControllerState) {

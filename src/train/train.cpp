@@ -86,6 +86,12 @@ struct TrainState {
   int64_t tokens_seen = 0;
   double loss_ema = 0;     // running mean of the step loss (finite steps only)
   int64_t loss_steps = 0;  // steps in loss_ema
+  // What the next metrics line averages, accumulated since the last one. Checkpointed, so that a run resumed
+  // between two lines logs the same values as an uninterrupted one.
+  double log_loss_sum = 0;     // losses of the updated steps
+  int64_t log_loss_count = 0;  // updated steps
+  int64_t log_steps = 0;       // steps
+  double log_macs = 0;         // attention multiply-adds
 };
 
 bool is_checkpoint_step(const TrainConfig& t, int step) {
@@ -116,6 +122,8 @@ void save_checkpoint(const std::string& run, const Config& cfg, Model<float>& mo
     w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
     double loss_ema[2] = {st.loss_ema, double(st.loss_steps)};
     w.add_raw("loss_ema", "F64", loss_ema, sizeof loss_ema, {2});  // running mean, steps in it
+    double log_window[4] = {st.log_loss_sum, double(st.log_loss_count), double(st.log_steps), st.log_macs};
+    w.add_raw("log_window", "F64", log_window, sizeof log_window, {4});  // since the last metrics line
     w.set_metadata("step", step);
     w.write(dir + "/training_state.safetensors");
     checkpoint_test_delay();
@@ -156,6 +164,14 @@ void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, Tr
     r.read_raw("loss_ema", "F64", loss_ema, {2});
     st.loss_ema = loss_ema[0];
     st.loss_steps = int64_t(loss_ema[1]);
+  }
+  if (r.has("log_window")) {  // absent in older checkpoints: the first line after resume averages from there
+    double log_window[4];
+    r.read_raw("log_window", "F64", log_window, {4});
+    st.log_loss_sum = log_window[0];
+    st.log_loss_count = int64_t(log_window[1]);
+    st.log_steps = int64_t(log_window[2]);
+    st.log_macs = log_window[3];
   }
   if (meta.count("step") && meta["step"] != std::to_string(st.step))
     fail("[checkpoint] ", dir, ": model.safetensors is from step ", meta["step"], " but training_state from step ",
@@ -383,9 +399,7 @@ int train_run(const TrainOptions& o) {
   const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
   const double t_start = now_seconds();
   double t_log = t_start;
-  int steps_since_log = 0, first_step = st.step;
-  double loss_acc = 0;
-  int loss_count = 0;
+  int steps_timed = 0, first_step = st.step;  // steps since t_log, for throughput (this process's time only)
   int exit_code = 0;
   double comm_at_log = comm.seconds;
 
@@ -411,8 +425,8 @@ int train_run(const TrainOptions& o) {
         break;
       }
     } else {
-      loss_acc += loss;
-      loss_count++;
+      st.log_loss_sum += loss;
+      st.log_loss_count++;
       // A loss far above its running mean is logged (the step is kept): an early sign of divergence.
       if (tc.spike_factor > 0 && st.loss_steps > 0 && loss > tc.spike_factor * st.loss_ema) {
         std::fprintf(stderr, "[train] step %d: loss spike: %.4f is %.1fx the running mean %.4f\n", st.step + 1, loss,
@@ -423,17 +437,19 @@ int train_run(const TrainOptions& o) {
       st.loss_steps++;
     }
     st.step++;
-    steps_since_log++;
+    st.log_steps++;
+    steps_timed++;
 
     const bool last = st.step == tc.steps;
     const bool eval_now = last || (tc.eval_interval > 0 && st.step % tc.eval_interval == 0);
     if (st.step % tc.log_interval == 0 || last || eval_now) {
       const double now = now_seconds();
-      const double tok_s = steps_since_log * tokens_per_step / std::max(1e-9, now - t_log);
+      const double tok_s = steps_timed * tokens_per_step / std::max(1e-9, now - t_log);
+      const double log_loss = st.log_loss_count ? st.log_loss_sum / double(st.log_loss_count) : NAN;
       const double elapsed = now - t_start;
       const double eta = elapsed / std::max(1, st.step - first_step) * (tc.steps - st.step);
       json line = {{"step", st.step},
-                   {"loss", loss_count ? loss_acc / loss_count : NAN},
+                   {"loss", log_loss},
                    {"lr", lr},
                    {"grad_norm", grad_norm},
                    {"tokens_per_s", tok_s},
@@ -443,12 +459,12 @@ int train_run(const TrainOptions& o) {
                    {"attn_ratio", controller.acr()},
                    {"pair_ratio", controller.exact_pair_ratio(T)},
                    {"levels_used", controller.mean_levels_used()},
-                   {"attn_work_ratio", double(model.counters.macs - macs_at_log) /
-                                           (full_macs_per_step * std::max(1, steps_since_log))}};
+                   {"attn_work_ratio", (st.log_macs + double(model.counters.macs - macs_at_log)) /
+                                           (full_macs_per_step * double(std::max<int64_t>(1, st.log_steps)))}};
       if (ranks > 1) {  // communication time per step (all-reduces, feature combination) and its share of the step
         const double comm_s = comm.seconds - comm_at_log;
         line["ranks"] = ranks;
-        line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_since_log);
+        line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_timed);
         line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
       }
       json buckets = json::object();
@@ -465,7 +481,7 @@ int train_run(const TrainOptions& o) {
       metrics.write(line);
       if (!quiet) {
         std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s", int(std::to_string(tc.steps).size()),
-                     st.step, tc.steps, loss_count ? loss_acc / loss_count : NAN, lr, grad_norm, tok_s,
+                     st.step, tc.steps, log_loss, lr, grad_norm, tok_s,
                      format_duration(eta).c_str());
         if (eval_now) std::fprintf(stderr, " | val %.4f", line["val_loss"].get<double>());
         std::fprintf(stderr, "\n");
@@ -473,14 +489,15 @@ int train_run(const TrainOptions& o) {
       t_log = now_seconds();  // evaluation time (and work) is not training time
       macs_at_log = model.counters.macs;
       comm_at_log = comm.seconds;
-      steps_since_log = 0;
-      loss_acc = 0;
-      loss_count = 0;
+      steps_timed = 0;
+      st.log_loss_sum = 0, st.log_loss_count = 0, st.log_steps = 0, st.log_macs = 0;
     }
     if (ranks == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
     const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || stop_signal != 0;
     if (is_checkpoint_step(tc, st.step) || stop_now) {
       if (ranks > 1) check_ranks_agree(comm, model, st.step);
+      st.log_macs += double(model.counters.macs - macs_at_log);  // carried in the checkpoint
+      macs_at_log = model.counters.macs;
       if (lead) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
     }
     if (stop_now) {
