@@ -3,7 +3,7 @@
 // reduced to SHA-256 digests (timings, memory and wall-clock fields removed) and compared with the digests recorded
 // for this machine's arithmetic in tests/golden/<key>.json. Floating-point results depend on the instruction set the
 // kernels were compiled for and on OpenBLAS's kernel for this CPU, so the key names both; a machine without a
-// recorded file skips (and says how to record one: AAH_GOLDEN_RECORD=1).
+// recorded file skips (and says how to record one: AAH_GOLDEN_RECORD=1). The key also names the compiler.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,15 @@
 #include "io/files.h"
 
 extern "C" char* openblas_get_corename(void);
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AAH_GOLDEN_ASAN 1
+#endif
+#endif
+#ifndef AAH_GOLDEN_ASAN
+#define AAH_GOLDEN_ASAN 0
+#endif
 
 namespace aah {
 namespace {
@@ -36,7 +45,24 @@ std::string instruction_set() {
 #endif
 }
 
-std::string golden_key() { return instruction_set() + "-openblas-" + openblas_get_corename(); }
+// The compiler and its optimization level also change the arithmetic (contraction into FMA, vectorization): the
+// sanitizer build (clang -O1) computes other bits than the release build (g++ -O3).
+std::string compiler() {
+#if defined(__clang__)
+  std::string c = "clang" + std::to_string(__clang_major__);
+#elif defined(__GNUC__)
+  std::string c = "gcc" + std::to_string(__GNUC__);
+#else
+  std::string c = "cc";
+#endif
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !AAH_GOLDEN_ASAN
+  return c;
+#else
+  return c + "-debug-or-sanitized";
+#endif
+}
+
+std::string golden_key() { return instruction_set() + "-" + compiler() + "-openblas-" + openblas_get_corename(); }
 
 std::string golden_path() { return std::string(AAH_SOURCE_DIR) + "/tests/golden/" + golden_key() + ".json"; }
 
