@@ -177,17 +177,18 @@ json compute_digests(const std::string& dir) {
 }
 
 TEST(Golden, OutputsAreBitIdenticalToTheRecordedOnes) {
+  const bool record = std::getenv("AAH_GOLDEN_RECORD") != nullptr;
+  if (!record && !fs::exists(golden_path()))
+    GTEST_SKIP() << "no golden digests for " << golden_key() << " (tests/golden/): record them from a known-good "
+                 << "commit with AAH_GOLDEN_RECORD=1 ctest -R Golden";
   test::TempDir dir("golden");
   const json now = compute_digests(dir.path);
-  if (std::getenv("AAH_GOLDEN_RECORD")) {
+  if (record) {
     fs::create_directories(fs::path(golden_path()).parent_path());
     write_file_atomic(golden_path(), now.dump(2) + "\n");
     std::printf("recorded %s\n", golden_path().c_str());
     return;
   }
-  if (!fs::exists(golden_path()))
-    GTEST_SKIP() << "no golden digests for " << golden_key() << " (tests/golden/): record them from a known-good "
-                 << "commit with AAH_GOLDEN_RECORD=1 ctest -R Golden";
   const json want = json::parse(read_file(golden_path()));
   for (auto& [k, v] : want.items()) {
     ASSERT_TRUE(now.contains(k)) << k << " is no longer produced";
