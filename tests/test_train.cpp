@@ -213,6 +213,53 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_EQ(c.aah.attention, "dense");
 }
 
+// A window covers at most the context: aah.fixed_window (knob or regime name) or a candidate window above
+// train.context is an error naming the key and both numbers, whatever the policy; at the context it is fine.
+TEST(Config, WindowsBeyondTheContextAreErrors) {
+  auto err = [](const std::vector<std::string>& sets) {
+    Config c;  // context 256
+    for (const auto& s : sets) config_set(c, s);
+    return error_of([&] { config_validate(c); });
+  };
+  EXPECT_NE(err({"aah.regime=fixed_window_300"}).find("key 'aah.fixed_window' = 300 is larger than train.context = 256"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.regime=fixed_window", "aah.fixed_window=257"}).find("'aah.fixed_window' = 257"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.regime=full", "aah.fixed_window=1000"}).find("'aah.fixed_window' = 1000"), std::string::npos);
+  EXPECT_NE(err({"aah.regime=fixed_window_64", "train.context=32"}).find("= 64 is larger than train.context = 32"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.windows=[32,512,256]"}).find("key 'aah.windows' has window 512, larger than train.context = 256"),
+            std::string::npos);
+  Config ok;
+  config_set(ok, "aah.regime=fixed_window_256");
+  config_validate(ok);
+  EXPECT_EQ(controller_config_of(ok).fixed_window, 256);
+}
+
+// An evaluation of a text shorter than the context lowers it; the window knobs follow into the new context.
+TEST(Config, LoweringTheContextKeepsWindowsWithinIt) {
+  Config fixed;  // a fixed window above the new context becomes the context; one below it stays
+  config_set(fixed, "aah.regime=fixed_window_64");
+  config_lower_context(fixed, 20);
+  config_validate(fixed);
+  EXPECT_EQ(fixed.train.context, 20);
+  EXPECT_EQ(controller_config_of(fixed).fixed_window, 20);
+  Config fixed_small;
+  config_set(fixed_small, "aah.regime=fixed_window_8");
+  config_lower_context(fixed_small, 20);
+  EXPECT_EQ(controller_config_of(fixed_small).fixed_window, 8);
+  Config explicit_windows;  // explicit windows keep those below the context and end at it
+  config_set(explicit_windows, "aah.regime=full_adaptive");
+  config_set(explicit_windows, "aah.windows=[16,64,128,256]");
+  config_lower_context(explicit_windows, 40);
+  config_validate(explicit_windows);
+  EXPECT_EQ(controller_config_of(explicit_windows).windows, (std::vector<int>{16, 40}));
+  Config defaults;  // default windows follow the context: 40/8, /4, /2, /1
+  config_set(defaults, "aah.regime=full_adaptive");
+  config_lower_context(defaults, 40);
+  EXPECT_EQ(controller_config_of(defaults).windows, (std::vector<int>{5, 10, 20, 40}));
+}
+
 TEST(Config, RoundTripsThroughConfigJson) {
   Config c;
   config_set(c, "hidden_size=96");
