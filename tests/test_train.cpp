@@ -135,7 +135,88 @@ TEST_P(TrainResume, IsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Regimes, TrainResume,
-                         ::testing::Values("full", "full_adaptive", "shallow_freeze", "deep_reuse", "random_window"));
+                         ::testing::Values("full", "full_adaptive", "shallow_freeze", "deep_reuse", "random_window",
+                                           "coverage"));
+
+std::vector<nlohmann::json> read_trace(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// A coverage run (spec section 10): every update's trace holds the measured mass (H, K) per layer, non-decreasing
+// in the window and exactly 1 at W = T; the decisions re-derive from it; the metrics log the measurement's time.
+TEST(TrainRegimes, CoverageRunTraceRederives) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.config.train.steps = 12;
+  config_set(o.config, "aah.regime=coverage");
+  config_set(o.config, "aah.coverage_sample=2");
+  // A model this young attends almost uniformly: mass about 0.38, 0.6, 0.85, 1 within 8, 16, 32, 64 keys.
+  config_set(o.config, "aah.coverage=0.8");
+  o.trace_file = o.out_dir + "/trace.jsonl";
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  const auto trace = read_trace(o.trace_file);
+  ASSERT_EQ(trace.size(), 3u * 2);  // updates at steps 0, 5, 10; 2 layers
+  bool shortened = false;
+  for (const auto& t : trace) {
+    EXPECT_EQ(t["policy"], "coverage");
+    const std::vector<int> cand = t["windows_candidates"];
+    ASSERT_EQ(cand, (std::vector<int>{8, 16, 32, 64}));
+    ASSERT_EQ(t["mass"].size(), 4u);
+    for (int h = 0; h < 4; h++) {
+      const std::vector<double> m = t["mass"][h];
+      for (int k = 1; k < 4; k++) EXPECT_GE(m[k], m[k - 1] - 1e-12);
+      EXPECT_GT(m[0], 0.0);
+      EXPECT_EQ(m[3], 1.0);
+      int c = 3;
+      for (int k = 3; k >= 0; k--)
+        if (m[k] >= 0.8) c = k;
+      EXPECT_EQ(t["head_choice"][h], c);
+      const int ct = int(std::nearbyint(0.15 * int(t["resolution_prev"][h]) + 0.85 * c));
+      EXPECT_EQ(t["resolution"][h], ct);
+      EXPECT_EQ(t["windows"][h], cand[ct]);
+      shortened |= ct < 3;
+    }
+  }
+  EXPECT_TRUE(shortened) << "coverage never shortened a window";
+  const auto m = read_metrics(o.out_dir);
+  ASSERT_FALSE(m.empty());
+  EXPECT_GT(m.front()["coverage_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(m.front().contains("coverage_time_share"));
+}
+
+// deep_reuse caches level 0 at the first control update at or after train.warmup_steps by default (spec section 7,
+// revised): warmup 7, updates every 5 steps -> step 10; before it the trace says null and level 0 is recomputed.
+TEST(TrainRegimes, DeepReuseCachesAfterWarmupByDefault) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.config.train.steps = 16;
+  o.config.train.warmup_steps = 7;
+  config_set(o.config, "aah.regime=deep_reuse");
+  o.trace_file = o.out_dir + "/trace.jsonl";
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  for (const auto& t : read_trace(o.trace_file)) {
+    const int step = t["step"];
+    if (step < 10) {
+      EXPECT_TRUE(t["level0_cache_step"].is_null()) << step;
+      EXPECT_EQ(t["topology"], "recomputed");
+    } else {
+      EXPECT_EQ(t["level0_cache_step"], 10) << step;
+      EXPECT_EQ(t["topology"], step == 10 ? "recomputed" : "level0_cached") << step;
+    }
+  }
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(o.out_dir + "/config.json"));
+  EXPECT_EQ(cfg["aah"]["reuse_cache_step"], 7);  // resolved from train.warmup_steps
+}
 
 // control_off keeps full windows and must train exactly like the full regime; full_adaptive really moves windows.
 TEST(TrainRegimes, ControlOffEqualsFullAndAdaptiveShortensWindows) {

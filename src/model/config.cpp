@@ -140,6 +140,7 @@ ControllerConfig controller_config_of(const Config& cfg) {
   ControllerConfig c;
   c.windows = controller_default_windows(cfg.train.context);
   c.warmup_steps = cfg.train.warmup_steps;
+  c.reuse_cache_step = cfg.train.warmup_steps;  // spec section 7 (revised): deep_reuse caches level 0 after warmup
   c.seed = uint64_t(cfg.train.seed);
   controller_apply_regime(c, cfg.aah.regime);
   for (const ConfigField& f : controller_knobs(c)) {  // the explicit knobs, on top of the regime

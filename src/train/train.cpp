@@ -439,6 +439,7 @@ int train_run(const TrainOptions& o) {
   int steps_timed = 0, first_step = st.step;  // steps since t_log, for throughput (this process's time only)
   int exit_code = 0;
   double comm_at_log = comm.seconds;
+  double coverage_at_log = policy.coverage_seconds();
 
   StopSignals stop_signals;
   while (st.step < tc.steps) {
@@ -504,6 +505,11 @@ int train_run(const TrainOptions& o) {
         line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_timed);
         line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
       }
+      if (controller.needs_mass()) {  // policy coverage: the mass measurement's time per step and share of the step
+        const double cov_s = policy.coverage_seconds() - coverage_at_log;
+        line["coverage_ms"] = 1e3 * cov_s / std::max(1, steps_timed);
+        line["coverage_time_share"] = cov_s / std::max(1e-9, now - t_log);
+      }
       json buckets = json::object();
       for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
       line["window_fractions"] = buckets;
@@ -526,6 +532,7 @@ int train_run(const TrainOptions& o) {
       t_log = now_seconds();  // evaluation time (and work) is not training time
       macs_at_log = model.counters.macs;
       comm_at_log = comm.seconds;
+      coverage_at_log = policy.coverage_seconds();
       steps_timed = 0;
       st.log_loss_sum = 0, st.log_loss_count = 0, st.log_steps = 0, st.log_macs = 0;
     }
