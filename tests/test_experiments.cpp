@@ -336,6 +336,97 @@ TEST(Suite, TwoSeedsGiveIntervalsAndPairedDifferences) {
   // The markdown cell reads mean ± half-width.
   const std::string md = read_file(dir + "/report.md");
   EXPECT_NE(md.find(fixed((g0 + g1) / 2, 4) + " ± " + fixed(12.706 * std::fabs(g0 - g1) / 2, 4)), std::string::npos) << md;
+
+  // The headline point and the summary sentence say the same paired difference, with the verdict its interval allows.
+  ASSERT_EQ(report["headline"].size(), 2u);
+  const json& h = report["headline"][1];
+  EXPECT_EQ(h["regime"], "grouping_off");
+  EXPECT_NEAR(h["delta_val_loss"]["mean"].get<double>(), (d0 + d1) / 2, 1e-12);
+  EXPECT_NEAR(h["delta_val_loss"]["lo95"].get<double>(), (d0 + d1) / 2 - 12.706 * std::fabs(d0 - d1) / 2, 1e-9);
+  const double lo = (d0 + d1) / 2 - 12.706 * std::fabs(d0 - d1) / 2, hi = (d0 + d1) / 2 + 12.706 * std::fabs(d0 - d1) / 2;
+  const std::string verdict = lo > 0 ? "higher by " : hi < 0 ? "lower by " : "no difference detected (";
+  EXPECT_NE(md.find("- **grouping_off**: validation loss: " + verdict), std::string::npos) << md;
+  // The work ratio of the headline is the training table's: the mean over seeds of each run's mean work ratio.
+  double work = 0;
+  for (const char* run : {"grouping_off-s0", "grouping_off-s1"}) {
+    const auto lines = metrics_lines(dir + "/runs/" + run + "/metrics.jsonl");
+    double w = 0;
+    for (const auto& j : lines) w += j["attn_work_ratio"].get<double>();
+    work += w / double(lines.size()) / 2;
+  }
+  EXPECT_NEAR(h["work_ratio"].get<double>(), work, 1e-12);
+  // timing.json (aah bench maps): both regimes, the lowest seed's map, and the ratio the summary quotes.
+  const json timing = json::parse(read_file(dir + "/timing.json"));
+  ASSERT_EQ(timing["regimes"].size(), 2u);
+  EXPECT_EQ(timing["regimes"][1]["run"], "grouping_off-s0");
+  EXPECT_EQ(h["step_time_ratio"].get<double>(), timing["regimes"][1]["train_ratio"]["median"].get<double>());
+  const json ev0 = json::parse(read_file(dir + "/runs/grouping_off-s0/eval.json"));
+  EXPECT_NEAR(timing["regimes"][1]["pair_ratio"].get<double>(), ev0["pair_ratio"].get<double>(), 1e-12);
+  EXPECT_TRUE(fs::exists(dir + "/figures/tradeoff_time.svg"));
+  EXPECT_TRUE(fs::exists(dir + "/figures/tradeoff_work.svg"));
+}
+
+TEST(Suite, FixedWindowPairRatioAndMatching) {
+  // T = 8: full causal pairs 1 + 2 + ... + 8 = 36; w = 2: 1 + 2 * 7 = 15; w = 3: 1 + 2 + 3 * 6 = 21.
+  EXPECT_DOUBLE_EQ(fixed_window_pair_ratio(8, 2), 15.0 / 36);
+  EXPECT_DOUBLE_EQ(fixed_window_pair_ratio(8, 3), 21.0 / 36);
+  EXPECT_DOUBLE_EQ(fixed_window_pair_ratio(8, 8), 1.0);
+  EXPECT_EQ(fixed_window_matching(8, 0.45), 2);  // |15/36 - 0.45| = 0.033 < |21/36 - 0.45| = 0.133
+  EXPECT_EQ(fixed_window_matching(8, 0.55), 3);
+  EXPECT_EQ(fixed_window_matching(8, 1.0), 8);
+  EXPECT_EQ(fixed_window_matching(8, 0.0), 1);
+  // T = 2048, target 0.7: w(2T - w + 1) / (T(T + 1)) = 0.7 -> w = 1853.3...; 1853 and 1854 straddle it.
+  const int w = fixed_window_matching(2048, 0.7);
+  EXPECT_TRUE(w == 1853 || w == 1854) << w;
+  EXPECT_LE(std::fabs(fixed_window_pair_ratio(2048, w) - 0.7), std::fabs(fixed_window_pair_ratio(2048, w == 1853 ? 1854 : 1853) - 0.7));
+}
+
+TEST(Suite, EtaFromFinishedRuns) {
+  SuiteEta e;
+  e.runs_left = 4, e.tail_s = 60;
+  EXPECT_TRUE(std::isnan(suite_eta_seconds(e)));  // nothing measured
+  e.current_fraction = 0.25, e.current_seconds = 30;  // 120 s per run from the one in progress
+  EXPECT_DOUBLE_EQ(suite_eta_seconds(e), 120 * 3.75 + 60);
+  e.finished_runs = 2, e.finished_seconds = 200;  // then from finished runs (training and evaluation): 100 s
+  EXPECT_DOUBLE_EQ(suite_eta_seconds(e), 100 * 3.75 + 60);
+  e.runs_left = 0;
+  EXPECT_DOUBLE_EQ(suite_eta_seconds(e), 60);
+}
+
+TEST(Suite, FixedMatchedResolvesToFullAdaptivesPairRatio) {
+  const test::TempDir tmp("matched");
+  const std::string dir = tmp.path + "/suite";
+  const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--seeds", "0,1", "--regimes",
+                                         "full_adaptive,fixed_matched", "--set", "train.steps=20",
+                                         "--set", "train.eval_interval=10", "--timing-budget", "0"};
+  const Child c = run_aah(args);
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const json suite = json::parse(read_file(dir + "/suite.json"));
+  const json& m = suite["matched"]["fixed_matched"];
+  double target = 0;
+  for (const char* run : {"full_adaptive-s0", "full_adaptive-s1"})
+    target += json::parse(read_file(dir + "/runs/" + run + "/eval.json"))["pair_ratio"].get<double>() / 2;
+  EXPECT_NEAR(m["target_pair_ratio"].get<double>(), target, 1e-12);
+  const int w = fixed_window_matching(128, target);
+  EXPECT_EQ(m["regime"], "fixed_window_" + std::to_string(w));
+  for (const char* seed : {"0", "1"}) {
+    const std::string rd = dir + "/runs/fixed_window_" + std::to_string(w) + "-s" + seed;
+    ASSERT_TRUE(fs::exists(rd + "/eval.json")) << rd;
+    const json ev = json::parse(read_file(rd + "/eval.json"));
+    EXPECT_NEAR(ev["pair_ratio"].get<double>(), fixed_window_pair_ratio(128, w), 1e-12);
+  }
+  EXPECT_FALSE(fs::exists(dir + "/timing.json"));  // --timing-budget 0
+  // A rerun keeps the recorded window and skips everything.
+  const Child again = run_aah(args);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_EQ(json::parse(read_file(dir + "/suite.json"))["matched"], suite["matched"]);
+  EXPECT_NE(again.err.find("[4/4 fixed_window_" + std::to_string(w) + " s1] finished earlier: skipped"), std::string::npos)
+      << again.err;
+  // fixed_matched without full_adaptive before it is refused before anything runs.
+  const Child bad = run_aah({"suite", "--preset", "smoke", "--out", tmp.path + "/bad", "--regimes", "fixed_matched,full_adaptive"});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("needs full_adaptive before it"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(tmp.path + "/bad"));
 }
 
 TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {

@@ -230,10 +230,10 @@ std::string matched_note(const json& suite) {
 // A paired difference in words: an interval that excludes 0 is a difference, else "no difference detected".
 std::string verdict(const MeanInterval& d, int decimals, const char* unit) {
   if (d.n < 2) return str_cat(fixed(d.mean, decimals), unit, " (one seed: no interval, no claim)");
-  const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "]", unit);
+  const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "]");
   if (d.lo > 0) return str_cat("higher by ", fixed(d.mean, decimals), unit, " (", ci, ")");
   if (d.hi < 0) return str_cat("lower by ", fixed(-d.mean, decimals), unit, " (", ci, ")");
-  return str_cat("no difference detected (", fixed(d.mean, decimals), unit, ", ", ci, ")");
+  return str_cat("no difference detected (", d.mean >= 0 ? "+" : "", fixed(d.mean, decimals), unit, ", ", ci, ")");
 }
 
 }  // namespace
@@ -366,7 +366,14 @@ void report_write(const std::string& dir) {
   std::vector<std::string> regimes;
   if (suite.contains("regimes") && suite["regimes"].is_array())
     for (const auto& r : suite["regimes"])
-      if (r.is_string()) regimes.push_back(r.get<std::string>());
+      if (r.is_string()) {
+        std::string g = r.get<std::string>();
+        if (suite.contains("matched") && suite["matched"].is_object() && suite["matched"].contains(g) &&
+            suite["matched"][g].is_object() && suite["matched"][g].contains("regime") &&
+            suite["matched"][g]["regime"].is_string())
+          g = suite["matched"][g]["regime"].get<std::string>();  // "fixed_matched" -> fixed_window_W
+        regimes.push_back(g);
+      }
   for (const auto& r : runs)
     if (std::find(regimes.begin(), regimes.end(), r.regime) == regimes.end()) regimes.push_back(r.regime);
   std::erase_if(regimes, [&](const std::string& g) {
@@ -485,7 +492,7 @@ void report_write(const std::string& dir) {
       time_text = time_flagged ? str_cat("step time ratio ", fixed(time_ratio, 3), " flagged (spread ",
                                          fixed(100 * t["train_ratio"]["spread"].get<double>(), 1), "%: not a result)")
                                : str_cat("step time ", fixed(time_ratio, 3), " of full's");
-    summary_md += str_cat("- **", g, "**: validation loss ", verdict(d, 4, " nats"), "; ", time_text,
+    summary_md += str_cat("- **", g, "**: validation loss: ", verdict(d, 4, " nats"), "; ", time_text,
                           "; attention work ", fixed(work_ratio, 3), " of full's.\n");
   }
 
