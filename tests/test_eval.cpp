@@ -4,14 +4,17 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "core/rng.h"
 #include "eval/eval_run.h"
+#include "eval/probe.h"
 #include "eval/retrieval.h"
 #include "helpers.h"
 #include "io/files.h"
 #include "io/shard.h"
 #include "io/synth.h"
+#include "kernels/ref/attention.h"
 #include "model/weights.h"
 
 namespace aah {
@@ -175,36 +178,64 @@ TEST(EvalRetrieval, CountsAndBucketsHandBuiltQuestions) {
   for (auto& bk : none["buckets"]) EXPECT_TRUE(bk["accuracy"].is_null() && bk["loss"].is_null() && bk["n"] == 0);
 }
 
-// aah eval on a synth corpus with a model whose answers are known: attention and MLP outputs zeroed (wo = w_down
-// = 0), the model is a bigram one, logits = lm_head . rmsnorm(embed[token]); lm_head's row f(k) points along
-// embed[k], so the prediction after key k is f(k). Questions whose value is f(k) are answered, the others not.
-// Three windows of 1100 tokens in micro-batches of two: the questions' windows and offsets, and the losses, are
-// checked against a hand computation.
-TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
-  TempDir d("eval_ret");
-  const int T = 1100;
+// A synth corpus and a model whose answers are known: attention and MLP outputs zeroed (wo = w_down = 0), the
+// model is a bigram one, logits = lm_head . rmsnorm(embed[token]); lm_head's row f(k) points along embed[k], so
+// the prediction after key k is f(k). Questions whose value is f(k) are answered, the others not. Three windows
+// of T = 1100 tokens, evaluated in micro-batches of two.
+struct ControlledSynth {
+  static constexpr int T = 1100, C = 16, V = 96;
+  TempDir d{"eval_ret"};
   Config cfg;
-  cfg.model = tiny_model();
-  cfg.model.tie_word_embeddings = false;
-  cfg.train.context = T;
-  cfg.train.batch_size = 2;
-  cfg.train.eval_windows = 3;
-  Model<float> model(cfg.model, 2, T, false);
-  model.init_weights(5);
-  const int C = 16, V = 96;
-  Params<float>& p = model.params();
-  std::fill(p.wo, p.wo + size_t(C) * 2 * 8, 0.0f);
-  std::fill(p.w_down, p.w_down + size_t(C) * 16, 0.0f);
-  auto f = [](int k) { return 67 + k % 29; };
-  std::fill(p.lm_head, p.lm_head + size_t(V) * C, 0.0f);
-  for (int k = 5; k <= 15; k++) {  // the keys of the questions below: f(k) = 72 .. 82, one row each
-    double norm = 0;
-    for (int c = 0; c < C; c++) norm += double(p.embed[k * C + c]) * p.embed[k * C + c];
-    for (int c = 0; c < C; c++) p.lm_head[f(k) * C + c] += float(3 * p.embed[k * C + c] / std::sqrt(norm));
+  std::unique_ptr<Model<float>> model;
+  std::vector<int32_t> tokens;
+  static int f(int k) { return 67 + k % 29; }
+
+  ControlledSynth() {
+    cfg.model = tiny_model();
+    cfg.model.tie_word_embeddings = false;
+    cfg.train.context = T;
+    cfg.train.batch_size = 2;
+    cfg.train.eval_windows = 3;
+    model = std::make_unique<Model<float>>(cfg.model, 2, T, false);
+    model->init_weights(5);
+    Params<float>& p = model->params();
+    std::fill(p.wo, p.wo + size_t(C) * 2 * 8, 0.0f);
+    std::fill(p.w_down, p.w_down + size_t(C) * 16, 0.0f);
+    std::fill(p.lm_head, p.lm_head + size_t(V) * C, 0.0f);
+    for (int k = 5; k <= 15; k++) {  // the keys of the questions below: f(k) = 72 .. 82, one row each
+      double norm = 0;
+      for (int c = 0; c < C; c++) norm += double(p.embed[k * C + c]) * p.embed[k * C + c];
+      for (int c = 0; c < C; c++) p.lm_head[f(k) * C + c] += float(3 * p.embed[k * C + c] / std::sqrt(norm));
+    }
+    write_model_dir(d.path + "/run", cfg, *model);
+
+    tokens.resize(3 * T + 1);
+    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = 67 + int(i * 7) % 29;
+    auto put = [&](int window, int pos, std::vector<int32_t> ids) {
+      for (size_t i = 0; i < ids.size(); i++) tokens[window * T + pos + i] = ids[i];
+    };
+    // Window 0
+    put(0, 10, {1, 5, f(5)}), put(0, 60, {2, 5, f(5)});     // distance 50, answered
+    put(0, 100, {1, 6, 80}), put(0, 300, {2, 6, 80});       // 200, not (f(6) = 73)
+    put(0, 20, {1, 7, f(7)}), put(0, 1050, {2, 7, f(7)});   // 1030, answered
+    put(0, 1000, {1, 8, f(8)}), put(1, 50, {2, 8, f(8)});   // DEF in the previous window: not counted
+    put(0, 900, {1, 9, f(9)}), put(0, 1099, {2, 9, f(9)});  // ASK at the window's last input: not counted
+    // Window 1
+    put(1, 100, {1, 10, f(10)}), put(1, 700, {2, 10, f(10)});  // 600, answered
+    put(1, 200, {1, 11, 90}), put(1, 328, {2, 11, 90});        // 128, not (f(11) = 78)
+    put(1, 750, {1, 12, f(12)}), put(1, 800, {0}), put(1, 850, {2, 12, f(12)});  // another document: not counted
+    // Window 2 (the second micro-batch)
+    put(2, 5, {1, 13, f(13)}), put(2, 1095, {2, 13, f(13)});    // 1090, answered
+    put(2, 30, {1, 14, 70}), put(2, 130, {2, 14, 70});          // 100, not (f(14) = 81)
+    put(2, 600, {1, 15, f(15)}), put(2, 1098, {2, 15, f(15)});  // 498, answered; the value is the last target
+    make_dirs(d.path + "/data");
+    shard_write(d.path + "/data/val.bin", tokens, 96);
+    write_file_atomic(d.path + "/data/meta.json", R"({"source": "synth", "keys": 64})");
   }
-  write_model_dir(d.path + "/run", cfg, model);
+
   // The hand computation of the loss of value v after key k.
-  auto loss_after = [&](int k, int v) {
+  double loss_after(int k, int v) const {
+    const Params<float>& p = model->params();
     double ms = 0;
     for (int c = 0; c < C; c++) ms += double(p.embed[k * C + c]) * p.embed[k * C + c] / C;
     const double rstd = 1 / std::sqrt(ms + cfg.model.rms_norm_eps);
@@ -216,31 +247,16 @@ TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
     }
     for (int j = 0; j < V; j++) sum += std::exp(logit[j] - mx);
     return mx + std::log(sum) - logit[v];
-  };
+  }
+};
 
-  std::vector<int32_t> tokens(3 * T + 1);
-  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = 67 + int(i * 7) % 29;
-  auto put = [&](int window, int pos, std::vector<int32_t> ids) {
-    for (size_t i = 0; i < ids.size(); i++) tokens[window * T + pos + i] = ids[i];
-  };
-  // Window 0
-  put(0, 10, {1, 5, f(5)}), put(0, 60, {2, 5, f(5)});     // distance 50, answered
-  put(0, 100, {1, 6, 80}), put(0, 300, {2, 6, 80});       // 200, not (f(6) = 73)
-  put(0, 20, {1, 7, f(7)}), put(0, 1050, {2, 7, f(7)});   // 1030, answered
-  put(0, 1000, {1, 8, f(8)}), put(1, 50, {2, 8, f(8)});   // DEF in the previous window: not counted
-  put(0, 900, {1, 9, f(9)}), put(0, 1099, {2, 9, f(9)});  // ASK at the window's last input: not counted
-  // Window 1
-  put(1, 100, {1, 10, f(10)}), put(1, 700, {2, 10, f(10)});  // 600, answered
-  put(1, 200, {1, 11, 90}), put(1, 328, {2, 11, 90});        // 128, not (f(11) = 78)
-  put(1, 750, {1, 12, f(12)}), put(1, 800, {0}), put(1, 850, {2, 12, f(12)});  // another document: not counted
-  // Window 2 (the second micro-batch)
-  put(2, 5, {1, 13, f(13)}), put(2, 1095, {2, 13, f(13)});    // 1090, answered
-  put(2, 30, {1, 14, 70}), put(2, 130, {2, 14, 70});          // 100, not (f(14) = 81)
-  put(2, 600, {1, 15, f(15)}), put(2, 1098, {2, 15, f(15)});  // 498, answered; the value is the last target
-  make_dirs(d.path + "/data");
-  shard_write(d.path + "/data/val.bin", tokens, 96);
-  write_file_atomic(d.path + "/data/meta.json", R"({"source": "synth", "keys": 64})");
-
+// aah eval of the controlled model: the questions' windows and offsets, and the losses, against a hand
+// computation.
+TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
+  ControlledSynth cs;
+  const TempDir& d = cs.d;
+  auto f = ControlledSynth::f;
+  auto loss_after = [&](int k, int v) { return cs.loss_after(k, v); };
   const json e = eval_run(eval_options(d.path + "/run", d.path + "/data"));
   ASSERT_TRUE(e.contains("retrieval")) << e.dump();
   const json& r = e["retrieval"];
@@ -267,6 +283,79 @@ TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
   }
   // The answered questions' loss is well below the others' (the hand model is not trivially wrong everywhere).
   EXPECT_LT(loss_after(5, f(5)) + 2, loss_after(11, 90));
+}
+
+// The mass on a range of keys against the scalar reference attention: with values v[j] = (1 if j in [k0, k1),
+// 0, ...), the reference's output row is exactly that mass. GQA (two heads per key/value head), windows full,
+// short, 1 and between, ranges inside, across and outside the window.
+TEST(ProbeHeads, MassMatchesTheReferenceAttention) {
+  const int H = 4, Hkv = 2, T = 24, D = 8;
+  Rng rng(12);
+  std::vector<float> q(size_t(H) * T * D), k(size_t(Hkv) * T * D);
+  for (auto& x : q) x = float(rng.normal());
+  for (auto& x : k) x = float(rng.normal());
+  const std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end());
+  const int window[H] = {T, 6, 1, 11};
+  const int ranges[][2] = {{0, 3}, {5, 8}, {15, 18}, {20, 24}, {0, 24}};
+  for (auto [k0, k1] : ranges) {
+    std::vector<double> v(size_t(Hkv) * T * D, 0.0), out(size_t(H) * T * D), lse(size_t(H) * T);
+    for (int hk = 0; hk < Hkv; hk++)
+      for (int j = k0; j < k1; j++) v[(size_t(hk) * T + j) * D] = 1;
+    ref::attn_local_forward(out.data(), lse.data(), qd.data(), kd.data(), v.data(), window, 1, H, Hkv, T, D, nullptr,
+                            nullptr);
+    for (int h = 0; h < H; h++)
+      for (int query : {0, 4, 17, 23}) {
+        const double m = attn_mass(q.data(), k.data(), H, Hkv, T, D, h, window[h], query, k0, k1);
+        EXPECT_NEAR(m, out[(size_t(h) * T + query) * D], 1e-12) << h << " " << query << " [" << k0 << ", " << k1 << ")";
+      }
+  }
+  // A sanity value: a window of 1 puts all the mass on the query itself.
+  EXPECT_EQ(attn_mass(q.data(), k.data(), H, Hkv, T, D, 2, 1, 17, 17, 18), 1.0);
+  EXPECT_EQ(attn_mass(q.data(), k.data(), H, Hkv, T, D, 2, 1, 17, 0, 17), 0.0);
+}
+
+// aah probe heads on the controlled model: the accuracy at full windows is the hand-worked 5/8, no head matters
+// (attention outputs are zeroed), and each head's DEF mass equals the reference attention's on the q and k of a
+// double-precision copy of the model (one-hot values on the DEF's three tokens), averaged over the 8 questions.
+TEST(ProbeHeads, ControlledModelOnAHandBuiltShard) {
+  ControlledSynth cs;
+  ProbeHeadsOptions o;
+  o.run = cs.d.path + "/run";
+  o.data = cs.d.path + "/data";
+  const json r = probe_heads(o);
+  EXPECT_NEAR(r["accuracy_full"].get<double>(), 5.0 / 8, 1e-12);
+  EXPECT_EQ(r["questions"], 8);
+  EXPECT_EQ(r["cut_window"], ControlledSynth::T / 8);
+  const int T = ControlledSynth::T, H = 2, Hkv = 1, D = 8;
+  Model<double> ref(cs.cfg.model, 1, T, false);
+  for (size_t i = 0; i < cs.model->num_params(); i++) ref.params_data()[i] = cs.model->params_data()[i];
+  double mass[H] = {0, 0};
+  std::vector<RetrievalQuestion> qs;
+  ref.before_attention = [&](int, const double* q, const double* k, const double*, int, int, int* win) {
+    for (const RetrievalQuestion& qu : qs) {
+      std::vector<double> v(size_t(Hkv) * T * D, 0.0), out(size_t(H) * T * D), lse(size_t(H) * T);
+      for (int j = qu.def; j < qu.def + 3; j++) v[size_t(j) * D] = 1;
+      ref::attn_local_forward(out.data(), lse.data(), q, k, v.data(), win, 1, H, Hkv, T, D, nullptr, nullptr);
+      for (int h = 0; h < H; h++) mass[h] += out[(size_t(h) * T + qu.query) * D];
+    }
+  };
+  for (int w = 0; w < 3; w++) {
+    const int32_t* in = cs.tokens.data() + w * T;
+    qs = retrieval_questions(in, in + 1, T);
+    ref.forward(in, in + 1, 1, T);
+  }
+  ASSERT_EQ(r["heads"].size(), 2u);
+  for (int h = 0; h < H; h++) {
+    const json& hd = r["heads"][h];
+    EXPECT_EQ(hd["layer"], 0);
+    EXPECT_EQ(hd["head"], h);
+    EXPECT_EQ(hd["accuracy_drop"], 0.0);
+    EXPECT_NEAR(hd["def_mass"].get<double>(), mass[h] / 8, 1e-6 * mass[h]) << h;
+    EXPECT_GT(hd["def_mass"].get<double>(), 0.0);
+  }
+  // Not a synth corpus: a clear error.
+  std::filesystem::remove(cs.d.path + "/data/meta.json");
+  EXPECT_NE(error_of([&] { probe_heads(o); }).find("not a synth corpus"), std::string::npos);
 }
 
 // A Hugging Face directory (config.json without a train block) is evaluated at its max_position_embeddings,

@@ -16,7 +16,6 @@
 #include "io/tokenizer.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "kernels/ops.h"
 #include "model/window_policy.h"
 
 namespace aah {
@@ -113,24 +112,9 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   double t_warm = 0;
   int64_t warm_tokens = 0;
   const uint64_t macs0 = model.counters.macs;
-  // Retrieval of the synth corpus's questions: the argmax of the value-predicting position's logits (one row of the
-  // LM head on the final norm's output the forward left) and its loss.
+  // Retrieval of the synth corpus's questions, scored after each micro-batch's forward.
   const bool synth = !o.data.empty() && synth_is_corpus(o.data);
   std::vector<RetrievalBucket> retrieval = retrieval_buckets();
-  const int C = cfg.model.hidden_size, V = cfg.model.vocab_size;
-  std::vector<float> logits(static_cast<size_t>(V));  // (V)
-  auto score_retrieval = [&](int mb, int rows) {
-    const float* lnf = model.acts().lnf;  // (rows T, C)
-    for (int b = 0; b < rows; b++) {
-      // eval_loss's window w starts at token w T (stride T); micro-batch mb holds windows mb batch ...
-      const int32_t* window = val.tokens.data() + (int64_t(mb) * batch + b) * T;
-      auto predict = [&](int query) {
-        matmul_forward(logits.data(), lnf + (int64_t(b) * T + query) * C, model.params().lm_head, 1, C, V);
-        return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      };
-      retrieval_score(retrieval, window, window + 1, T, predict, model.acts().losses + int64_t(b) * T);
-    }
-  };
   const EvalResult r =
       eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int mb, int rows, bool before) {
         if (before) {
@@ -138,7 +122,10 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
           return;
         }
         policy.end_forward();
-        if (synth) score_retrieval(mb, rows);
+        if (synth) {  // eval_loss's windows: w starts at token w T, micro-batch mb holds windows mb batch ...
+          const int32_t* inputs = val.tokens.data() + int64_t(mb) * batch * T;
+          retrieval_score_forward(retrieval, model, inputs, inputs + 1, rows, T);
+        }
         for (int l = 0; l < L; l++)
           for (int w : controller.windows(l)) executions[w] += rows;
         pair_sum += controller.exact_pair_ratio(T) * rows;

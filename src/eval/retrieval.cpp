@@ -1,6 +1,9 @@
 #include "eval/retrieval.h"
 
+#include <algorithm>
+
 #include "io/synth.h"
+#include "kernels/ops.h"
 
 namespace aah {
 
@@ -40,6 +43,21 @@ void retrieval_score(std::vector<RetrievalBucket>& buckets, const int32_t* input
                      const std::function<int32_t(int query)>& predict, const float* losses) {
   for (const RetrievalQuestion& q : retrieval_questions(inputs, targets, T))
     retrieval_add(buckets, q.ask - q.def, predict(q.query) == q.value, losses[q.query]);
+}
+
+void retrieval_score_forward(std::vector<RetrievalBucket>& buckets, Model<float>& model, const int32_t* inputs,
+                             const int32_t* targets, int B, int T) {
+  const int C = model.config().hidden_size, V = model.config().vocab_size;
+  const float* lnf = model.acts().lnf;  // (B T, C)
+  std::vector<float> logits(static_cast<size_t>(V));  // (V)
+  for (int b = 0; b < B; b++) {
+    auto predict = [&](int query) {
+      matmul_forward(logits.data(), lnf + (int64_t(b) * T + query) * C, model.params().lm_head, 1, C, V);
+      return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    };
+    retrieval_score(buckets, inputs + int64_t(b) * T, targets + int64_t(b) * T, T, predict,
+                    model.acts().losses + int64_t(b) * T);
+  }
 }
 
 nlohmann::json retrieval_json(const std::vector<RetrievalBucket>& buckets) {

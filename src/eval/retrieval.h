@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/model.h"
+
 namespace aah {
 
 struct RetrievalQuestion {
@@ -34,6 +36,10 @@ void retrieval_add(std::vector<RetrievalBucket>& buckets, int distance, bool cor
 // next-token losses. Adds every countable question to its bucket.
 void retrieval_score(std::vector<RetrievalBucket>& buckets, const int32_t* inputs, const int32_t* targets, int T,
                      const std::function<int32_t(int query)>& predict, const float* losses);
+// The same after model.forward(inputs, targets, B, T) of B windows (inputs and targets (B, T), row-major): the
+// prediction is the argmax of the LM head on the final norm's output that the forward left, the loss its loss.
+void retrieval_score_forward(std::vector<RetrievalBucket>& buckets, Model<float>& model, const int32_t* inputs,
+                             const int32_t* targets, int B, int T);
 // {"accuracy", "loss", "n", "buckets": [{"lo", "hi" (null: open), "n", "accuracy", "loss"}, ...]}; accuracy and
 // loss are null where n = 0.
 nlohmann::json retrieval_json(const std::vector<RetrievalBucket>& buckets);
