@@ -222,7 +222,11 @@ class MpiTrain : public ::testing::TestWithParam<std::string> {};
 // Two ranks with global batch 4 (2 sequences each) vs one process with batch 4.
 TEST_P(MpiTrain, TwoRanksEqualOneProcess) {
   SKIP_WITHOUT_MPI();
-  const Config cfg = tiny_config(GetParam());
+  Config cfg = tiny_config(GetParam());
+  if (GetParam() == "coverage") {  // 3 sampled sequences: 2 on rank 0, 1 on rank 1; a share a young model reaches
+    config_set(cfg, "aah.coverage_sample=3");
+    config_set(cfg, "aah.coverage=0.8");
+  }
   const std::string one = temp_dir() + "/run", two = temp_dir() + "/run";
   ASSERT_EQ(train(0, cfg, one), 0) << read_file(one + ".log");
   ASSERT_EQ(train(2, cfg, two), 0) << read_file(two + ".log");
@@ -237,7 +241,7 @@ TEST_P(MpiTrain, TwoRanksEqualOneProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Regimes, MpiTrain, ::testing::Values("full", "full_adaptive"));
+INSTANTIATE_TEST_SUITE_P(Regimes, MpiTrain, ::testing::Values("full", "full_adaptive", "coverage"));
 
 // With AdamW's default eps, two ranks differ from one process by no more than one process differs from itself when
 // the same batch of 4 is run as 2 micro-batches of 2 (the same sums in another order): the rounding floor.

@@ -1,7 +1,8 @@
 // Hostile and careless input around the readers: where output goes (never through a device, FIFO or socket; a run,
 // a corpus and a suite directory never become one another), what an input stream is (a FIFO or device is refused
 // at once; standard input has a limit), command-line numbers (range-checked, the flag named), messages that name the
-// right thing, and nothing created in a directory aah refuses.
+// right thing, and nothing created in a directory aah refuses. And the ease of use a careless user needs: --resume
+// finds the run's data (and refuses other data), vocab_size follows the data, a window beyond the context is refused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 
 #include "core/process.h"
 #include "helpers.h"
+#include "io/checksum.h"
 #include "io/files.h"
+#include "io/shard.h"
 #include "io/synth.h"
 #include "model/config.h"
 
@@ -295,6 +298,183 @@ TEST(Robustness, EvalRefusesAnUnreadableControllerState) {
   r = sh("$AAH eval --run " + run + " --data " + f.data);
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(has(r.out, "controller_state.safetensors is missing")) << r.out;
+}
+
+// A copy of the fixture's corpus at `dir` whose tokenizer.json maps two words to each other's ids: the same
+// vocabulary size, another tokenizer.
+void copy_with_swapped_tokenizer(const std::string& from, const std::string& dir) {
+  fs::copy(from, dir, fs::copy_options::recursive);
+  nlohmann::json tok = nlohmann::json::parse(read_file(dir + "/tokenizer.json"));
+  nlohmann::json& vocab = tok["model"]["vocab"];
+  const int w0 = vocab["w0"].get<int>(), w1 = vocab["w1"].get<int>();
+  vocab["w0"] = w1, vocab["w1"] = w0;
+  write_file_atomic(dir + "/tokenizer.json", tok.dump(2) + "\n");
+}
+
+TEST(Robustness, ResumeFindsTheRunsDataAndRefusesOtherData) {
+  Fixture& f = fixture();
+  TempDir d("robust_data");
+  const std::string run = d.path + "/run";
+  Result r = sh("$AAH train --quiet --data " + f.data + " --out " + run + " " + Fixture::small_model() +
+                " --stop-after 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // data.json: where the data is (absolute), its vocabulary and the SHA-256 of its tokenizer.json.
+  const nlohmann::json rec = nlohmann::json::parse(read_file(run + "/data.json"));
+  EXPECT_EQ(rec["dir"], fs::absolute(f.data).string());
+  EXPECT_EQ(rec["vocab_size"], 96);
+  EXPECT_EQ(rec["vocab_from"], "tokenizer.json");
+  EXPECT_EQ(rec["tokenizer_sha256"], sha256_hex(read_file(f.data + "/tokenizer.json")));
+
+  // Another vocabulary (a corpus of 100 ids): refused, both vocabularies and both directories named.
+  const std::string v100 = d.path + "/v100";
+  SynthOptions so;
+  so.tokens = 20000, so.vocab_size = 100, so.doc_tokens = 128, so.keys = 8, so.min_distance = 4, so.max_distance = 24;
+  synth_write(v100, so);
+  r = sh("$AAH train --quiet --resume --data " + v100 + " --out " + run);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "--data " + v100 + " has vocabulary 100") && has(r.out, f.data + " with vocabulary 96"))
+      << r.out;
+  // The same vocabulary size, another tokenizer: refused, the tokenizer named.
+  const std::string swapped = d.path + "/swapped";
+  copy_with_swapped_tokenizer(f.data, swapped);
+  r = sh("$AAH train --quiet --resume --data " + swapped + " --out " + run);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "--data " + swapped + " has another tokenizer.json than " + f.data)) << r.out;
+  // Nothing changed by the refusals: the run is still at step 2, its record unchanged.
+  EXPECT_EQ(nlohmann::json::parse(read_file(run + "/data.json")), rec);
+  EXPECT_EQ(list_dir(run + "/checkpoint").size(), 4u);
+  EXPECT_EQ(read_link(run + "/checkpoint"), "ckpt-2");
+
+  // Without --data: the recorded data, and the run ends as the uninterrupted fixture run (same settings) did.
+  r = sh("$AAH train --quiet --resume --out " + run);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(metrics_without_timing(run + "/metrics.jsonl"), metrics_without_timing(f.run + "/metrics.jsonl"));
+  EXPECT_EQ(read_file(run + "/model.safetensors"), read_file(f.run + "/model.safetensors"));
+  // With the same --data given: accepted. With a copy elsewhere (the data moved): accepted, and recorded.
+  r = sh("$AAH train --quiet --resume --data " + f.data + " --out " + run + " --set train.steps=7");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string moved = d.path + "/moved";
+  fs::copy(f.data, moved, fs::copy_options::recursive);
+  r = sh("$AAH train --quiet --resume --data " + moved + "/ --out " + run + " --set train.steps=8");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(run + "/data.json"))["dir"], moved);
+  // The recorded data gone: resume without --data names the path and says what to do.
+  fs::remove_all(moved);
+  r = sh("$AAH train --quiet --resume --out " + run + " --set train.steps=9");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "data directory " + moved + " (recorded in " + run + "/data.json) is gone") &&
+              has(r.out, "give --data"))
+      << r.out;
+  // A run from before data.json: --data is needed, and it is checked against the run's copy of the tokenizer.
+  fs::remove(run + "/data.json");
+  r = sh("$AAH train --quiet --resume --out " + run + " --set train.steps=9");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "does not record its data directory") && has(r.out, "give --data DIR")) << r.out;
+  r = sh("$AAH train --quiet --resume --data " + swapped + " --out " + run + " --set train.steps=9");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "another tokenizer.json than the run's data")) << r.out;
+  r = sh("$AAH train --quiet --resume --data " + f.data + " --out " + run + " --set train.steps=9");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(run + "/data.json")), rec);  // recorded again
+  // A new run still needs --data.
+  r = sh("$AAH train --quiet --out " + d.path + "/new " + Fixture::small_model());
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "--data DIR is required")) << r.out;
+  EXPECT_FALSE(path_exists(d.path + "/new"));
+}
+
+// The fixture's model without vocab_size, one step.
+std::string model_without_vocab() {
+  std::string m = Fixture::small_model();
+  m.erase(m.find("--set vocab_size=128 "), std::string("--set vocab_size=128 ").size());
+  return m + " --set train.steps=1";
+}
+
+int run_vocab(const std::string& run) {
+  return nlohmann::json::parse(read_file(run + "/config.json"))["vocab_size"].get<int>();
+}
+
+TEST(Robustness, VocabSizeDefaultsToTheDatasVocabulary) {
+  Fixture& f = fixture();
+  TempDir d("robust_vocab");
+  // From the tokenizer (96 ids), not the default 8192.
+  Result r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/tok " + model_without_vocab());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/tok"), 96);
+  // A corpus of shards only (vocabulary 40 in their headers): from the shards; with a meta.json: from it.
+  const std::string bare = d.path + "/bare";
+  fs::create_directories(bare);
+  std::vector<int32_t> ids(3000);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 7 + i / 5) % 40);
+  shard_write(bare + "/train.bin", ids, 40);
+  shard_write(bare + "/val.bin", std::vector<int32_t>(ids.begin(), ids.begin() + 500), 40);
+  r = sh("$AAH train --quiet --data " + bare + " --out " + d.path + "/bare-run " + model_without_vocab());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/bare-run"), 40);
+  EXPECT_EQ(nlohmann::json::parse(read_file(d.path + "/bare-run/data.json"))["vocab_from"], "train.bin");
+  EXPECT_TRUE(nlohmann::json::parse(read_file(d.path + "/bare-run/data.json"))["tokenizer_sha256"].is_null());
+  write_file_atomic(bare + "/meta.json", R"({"vocab_size": 48})");
+  r = sh("$AAH train --quiet --data " + bare + " --out " + d.path + "/meta-run " + model_without_vocab());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/meta-run"), 48);
+  // Given by --set or --config: as given when it covers the data (larger is allowed)...
+  r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/set " + model_without_vocab() +
+         " --set vocab_size=100");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/set"), 100);
+  const std::string cfg = d.file("cfg.json", R"({"vocab_size": 120})");
+  r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/cfg --config " + cfg + " " +
+         model_without_vocab());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/cfg"), 120);
+  const std::string cfg_no_vocab = d.file("cfg2.json", R"({"hidden_size": 32})");
+  r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/cfg2 --config " + cfg_no_vocab + " " +
+         model_without_vocab());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(run_vocab(d.path + "/cfg2"), 96);
+  // ... and an error naming both numbers when smaller than the tokenizer's vocabulary.
+  for (const std::string& how : {std::string("--set vocab_size=95"), "--config " + d.file("c3.json", R"({"vocab_size": 95})")}) {
+    r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/small " + how + " " + model_without_vocab());
+    EXPECT_NE(r.rc, 0);
+    EXPECT_TRUE(has(r.out, "vocab_size = 95 is smaller than the vocabulary of " + f.data + " (96, from its tokenizer.json)"))
+        << r.out;
+  }
+}
+
+TEST(Robustness, AWindowBeyondTheContextIsRefusedAndShortTextsStillEvaluate) {
+  Fixture& f = fixture();
+  TempDir d("robust_window");
+  // Training: aah.fixed_window (by the knob or the regime's name) or a candidate window above train.context = 32.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set aah.regime=fixed_window --set aah.fixed_window=33", "key 'aah.fixed_window' = 33 is larger than train.context = 32"},
+      {"--set aah.regime=fixed_window_64", "key 'aah.fixed_window' = 64 is larger than train.context = 32"},
+      {"--set aah.regime=full_adaptive --set aah.windows=[8,64,32]", "key 'aah.windows' has window 64, larger than train.context = 32"}};
+  for (const auto& [sets, want] : cases) {
+    const Result r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/w " + Fixture::small_model() +
+                        " " + sets);
+    EXPECT_NE(r.rc, 0) << sets;
+    EXPECT_TRUE(has(r.out, want)) << r.out;
+  }
+  Result r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/w32 " + Fixture::small_model() +
+                " --set aah.regime=fixed_window_32");
+  EXPECT_EQ(r.rc, 0) << r.out;
+
+  // Evaluation of a text shorter than the context (7 tokens -> context 6): a fixed window of 24 becomes the whole
+  // text, so it equals a fixed window of 6 (and full attention); explicit windows end at the text's length.
+  const std::string text = d.file("short.txt", "<doc> k1 k2 <ask> k1 w3 w4");
+  auto eval = [&](const std::string& sets) {
+    const Result e = sh("$AAH eval --run " + f.run + " --text " + text + " --json " + sets + " 2>/dev/null");
+    EXPECT_EQ(e.rc, 0) << e.out;
+    return nlohmann::json::parse(e.out.substr(e.out.find('{')));
+  };
+  const nlohmann::json w24 = eval("--set aah.regime=fixed_window_24"), w6 = eval("--set aah.regime=fixed_window_6");
+  EXPECT_EQ(w24["context"], 6);
+  EXPECT_EQ(w24["window_map"], nlohmann::json::parse("[[6, 6]]"));
+  EXPECT_EQ(w24["val_loss"], w6["val_loss"]);
+  EXPECT_EQ(w24["pair_ratio"], 1.0);
+  const nlohmann::json adaptive = eval("--set aah.regime=full_adaptive --set aah.windows=[4,16,32]");
+  EXPECT_EQ(adaptive["context"], 6);
+  for (auto& [w, frac] : adaptive["window_fractions"].items()) EXPECT_TRUE(w == "4" || w == "6") << w;
 }
 
 }  // namespace

@@ -135,7 +135,88 @@ TEST_P(TrainResume, IsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Regimes, TrainResume,
-                         ::testing::Values("full", "full_adaptive", "shallow_freeze", "deep_reuse", "random_window"));
+                         ::testing::Values("full", "full_adaptive", "shallow_freeze", "deep_reuse", "random_window",
+                                           "coverage"));
+
+std::vector<nlohmann::json> read_trace(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// A coverage run (spec section 10): every update's trace holds the measured mass (H, K) per layer, non-decreasing
+// in the window and exactly 1 at W = T; the decisions re-derive from it; the metrics log the measurement's time.
+TEST(TrainRegimes, CoverageRunTraceRederives) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.config.train.steps = 12;
+  config_set(o.config, "aah.regime=coverage");
+  config_set(o.config, "aah.coverage_sample=2");
+  // A model this young attends almost uniformly: mass about 0.38, 0.6, 0.85, 1 within 8, 16, 32, 64 keys.
+  config_set(o.config, "aah.coverage=0.8");
+  o.trace_file = o.out_dir + "/trace.jsonl";
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  const auto trace = read_trace(o.trace_file);
+  ASSERT_EQ(trace.size(), 3u * 2);  // updates at steps 0, 5, 10; 2 layers
+  bool shortened = false;
+  for (const auto& t : trace) {
+    EXPECT_EQ(t["policy"], "coverage");
+    const std::vector<int> cand = t["windows_candidates"];
+    ASSERT_EQ(cand, (std::vector<int>{8, 16, 32, 64}));
+    ASSERT_EQ(t["mass"].size(), 4u);
+    for (int h = 0; h < 4; h++) {
+      const std::vector<double> m = t["mass"][h];
+      for (int k = 1; k < 4; k++) EXPECT_GE(m[k], m[k - 1] - 1e-12);
+      EXPECT_GT(m[0], 0.0);
+      EXPECT_EQ(m[3], 1.0);
+      int c = 3;
+      for (int k = 3; k >= 0; k--)
+        if (m[k] >= 0.8) c = k;
+      EXPECT_EQ(t["head_choice"][h], c);
+      const int ct = int(std::nearbyint(0.15 * int(t["resolution_prev"][h]) + 0.85 * c));
+      EXPECT_EQ(t["resolution"][h], ct);
+      EXPECT_EQ(t["windows"][h], cand[ct]);
+      shortened |= ct < 3;
+    }
+  }
+  EXPECT_TRUE(shortened) << "coverage never shortened a window";
+  const auto m = read_metrics(o.out_dir);
+  ASSERT_FALSE(m.empty());
+  EXPECT_GT(m.front()["coverage_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(m.front().contains("coverage_time_share"));
+}
+
+// deep_reuse caches level 0 at the first control update at or after train.warmup_steps by default (spec section 7,
+// revised): warmup 7, updates every 5 steps -> step 10; before it the trace says null and level 0 is recomputed.
+TEST(TrainRegimes, DeepReuseCachesAfterWarmupByDefault) {
+  TrainOptions o;
+  o.data_dir = make_data();
+  o.out_dir = temp_dir();
+  o.config = tiny_config();
+  o.config.train.steps = 16;
+  o.config.train.warmup_steps = 7;
+  config_set(o.config, "aah.regime=deep_reuse");
+  o.trace_file = o.out_dir + "/trace.jsonl";
+  o.quiet = true;
+  ASSERT_EQ(train_run(o), 0);
+  for (const auto& t : read_trace(o.trace_file)) {
+    const int step = t["step"];
+    if (step < 10) {
+      EXPECT_TRUE(t["level0_cache_step"].is_null()) << step;
+      EXPECT_EQ(t["topology"], "recomputed");
+    } else {
+      EXPECT_EQ(t["level0_cache_step"], 10) << step;
+      EXPECT_EQ(t["topology"], step == 10 ? "recomputed" : "level0_cached") << step;
+    }
+  }
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(o.out_dir + "/config.json"));
+  EXPECT_EQ(cfg["aah"]["reuse_cache_step"], 7);  // resolved from train.warmup_steps
+}
 
 // control_off keeps full windows and must train exactly like the full regime; full_adaptive really moves windows.
 TEST(TrainRegimes, ControlOffEqualsFullAndAdaptiveShortensWindows) {
@@ -211,6 +292,53 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_EQ(c.train.checkpoint_steps, (std::vector<int>{10, 20}));
   config_set(c, "aah.attention=dense");
   EXPECT_EQ(c.aah.attention, "dense");
+}
+
+// A window covers at most the context: aah.fixed_window (knob or regime name) or a candidate window above
+// train.context is an error naming the key and both numbers, whatever the policy; at the context it is fine.
+TEST(Config, WindowsBeyondTheContextAreErrors) {
+  auto err = [](const std::vector<std::string>& sets) {
+    Config c;  // context 256
+    for (const auto& s : sets) config_set(c, s);
+    return error_of([&] { config_validate(c); });
+  };
+  EXPECT_NE(err({"aah.regime=fixed_window_300"}).find("key 'aah.fixed_window' = 300 is larger than train.context = 256"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.regime=fixed_window", "aah.fixed_window=257"}).find("'aah.fixed_window' = 257"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.regime=full", "aah.fixed_window=1000"}).find("'aah.fixed_window' = 1000"), std::string::npos);
+  EXPECT_NE(err({"aah.regime=fixed_window_64", "train.context=32"}).find("= 64 is larger than train.context = 32"),
+            std::string::npos);
+  EXPECT_NE(err({"aah.windows=[32,512,256]"}).find("key 'aah.windows' has window 512, larger than train.context = 256"),
+            std::string::npos);
+  Config ok;
+  config_set(ok, "aah.regime=fixed_window_256");
+  config_validate(ok);
+  EXPECT_EQ(controller_config_of(ok).fixed_window, 256);
+}
+
+// An evaluation of a text shorter than the context lowers it; the window knobs follow into the new context.
+TEST(Config, LoweringTheContextKeepsWindowsWithinIt) {
+  Config fixed;  // a fixed window above the new context becomes the context; one below it stays
+  config_set(fixed, "aah.regime=fixed_window_64");
+  config_lower_context(fixed, 20);
+  config_validate(fixed);
+  EXPECT_EQ(fixed.train.context, 20);
+  EXPECT_EQ(controller_config_of(fixed).fixed_window, 20);
+  Config fixed_small;
+  config_set(fixed_small, "aah.regime=fixed_window_8");
+  config_lower_context(fixed_small, 20);
+  EXPECT_EQ(controller_config_of(fixed_small).fixed_window, 8);
+  Config explicit_windows;  // explicit windows keep those below the context and end at it
+  config_set(explicit_windows, "aah.regime=full_adaptive");
+  config_set(explicit_windows, "aah.windows=[16,64,128,256]");
+  config_lower_context(explicit_windows, 40);
+  config_validate(explicit_windows);
+  EXPECT_EQ(controller_config_of(explicit_windows).windows, (std::vector<int>{16, 40}));
+  Config defaults;  // default windows follow the context: 40/8, /4, /2, /1
+  config_set(defaults, "aah.regime=full_adaptive");
+  config_lower_context(defaults, 40);
+  EXPECT_EQ(controller_config_of(defaults).windows, (std::vector<int>{5, 10, 20, 40}));
 }
 
 TEST(Config, RoundTripsThroughConfigJson) {

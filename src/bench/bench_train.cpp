@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
+#include "experiments/presets.h"
 #include "core/sys.h"
 #include "model/model.h"
 #include "model/window_policy.h"
@@ -48,12 +49,17 @@ ModelConfig bench_c_model() {
 
 namespace {
 
-Config bench_c_config(const std::string& regime, int context) {
+// bench-c at `context` (batch 4096 / context), or a suite preset's model, context and batch.
+Config bench_config(const std::string& regime, int context, const std::string& preset) {
   Config cfg;
-  cfg.model = bench_c_model();
-  cfg.train.context = context;
-  cfg.train.batch_size = std::max(1, 4096 / context);
-  config_set(cfg, "aah.regime=" + regime);
+  config_set(cfg, "aah.regime=" + regime);  // first: a regime clears the aah.* knobs
+  if (preset.empty()) {
+    cfg.model = bench_c_model();
+    cfg.train.context = context;
+    cfg.train.batch_size = std::max(1, 4096 / context);
+  } else {
+    for (const auto& s : suite_preset(preset).sets) config_set(cfg, s);
+  }
   config_validate(cfg);
   return cfg;
 }
@@ -102,8 +108,8 @@ RegimeWarmup warm_up_regime(const Config& cfg, Model<float>& model, const std::v
 
 }  // namespace
 
-int bench_train(const BenchOptions& o, const std::string& regime, int context) {
-  const Config full_cfg = bench_c_config("full", context);
+int bench_train(const BenchOptions& o, const std::string& regime, int context, const std::string& preset) {
+  const Config full_cfg = bench_config("full", context, preset);
   const ModelConfig& m = full_cfg.model;
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
   const bool with_regime = regime != "full";
@@ -117,7 +123,7 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context) {
   for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
 
   std::optional<RegimeWarmup> warm;
-  if (with_regime) warm = warm_up_regime(bench_c_config(regime, context), model, tokens);
+  if (with_regime) warm = warm_up_regime(bench_config(regime, context, preset), model, tokens);
 
   // One training step under `windows` (nullptr: full); appends the seconds spent in attention to `attn`.
   auto step_case = [&](const std::vector<int>* windows, std::vector<double>* attn) {
@@ -175,13 +181,15 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context) {
     row["measure_seconds"] = res.seconds;
     row["threads"] = num_threads();
   };
-  nlohmann::json row = {{"config", "bench-c"},
+  const std::string config_name = preset.empty() ? "bench-c" : "preset " + preset;
+  nlohmann::json row = {{"config", config_name},
                         {"regime", "full"},
                         {"context", T},
                         {"batch", B},
                         {"tokens_per_s", tok_s.median},
                         {"ms_per_step", full_ms.median},
                         {"attention_ms", attn_full_ms.median},
+                        {"attention_share", attn_full_ms.median / full_ms.median},
                         {"model_gflops", gflops.median},
                         {"sgemm_gflops", sgemm_gflops.median},
                         {"sgemm_share", sgemm_share.median},
@@ -209,7 +217,7 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context) {
     time_ratio = ratio_stats(with_ctrl, full.samples, lim);
     attn_ratio = ratio_stats(attn_regime, attn_full, lim);
     expected_ms = scaled(sample_stats(expected, lim), 1e3);
-    nlohmann::json r = {{"config", "bench-c"},
+    nlohmann::json r = {{"config", config_name},
                         {"regime", regime},
                         {"context", T},
                         {"batch", B},
@@ -241,14 +249,16 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context) {
     for (auto& r : rows) std::printf("%s\n", r.dump().c_str());
     return 0;
   }
-  std::printf("bench-c: 4 layers, hidden 256, 8 heads x 32, SwiGLU 704, vocab 8192, batch %d x %d, %d threads\n",
-              B, T, num_threads());
+  std::printf("%s: %d layers, hidden %d, %d heads x %d (%d KV), SwiGLU %d, vocab %d, batch %d x %d, %d threads\n",
+              config_name.c_str(), m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.head_dim,
+              m.num_key_value_heads, m.intermediate_size, m.vocab_size, B, T, num_threads());
   std::printf("%d rounds (%s) after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
               res.rounds, with_regime ? ("full, " + regime + ", sgemm").c_str() : "full, sgemm", res.warmup_rounds,
               res.warmup_rounds == 1 ? "" : "s", res.seconds, res.settled ? "" : " (spreads not all settled)");
-  std::printf("  full windows: %.0f tokens/s, ms/step %s, attention %.1f ms/step\n"
+  std::printf("  full windows: %.0f tokens/s, ms/step %s, attention %.1f ms/step (%.0f%% of the step)\n"
               "    %.1f model GFLOP/s = %s of the in-process sgemm (%.1f GFLOP/s), peak RSS %.0f MB\n",
-              tok_s.median, stats_text(full_ms, 1).c_str(), attn_full_ms.median, gflops.median,
+              tok_s.median, stats_text(full_ms, 1).c_str(), attn_full_ms.median,
+              100 * attn_full_ms.median / full_ms.median, gflops.median,
               stats_text(sgemm_share, 2).c_str(), sgemm_gflops.median, peak_rss);
   if (with_regime) {
     std::printf("  %s: warm-up %d control update%s (forward only, %.1f s), then windows frozen: ACR %.4f, exact pair "

@@ -15,7 +15,8 @@ ModelConfig bench_c_model();
 // its windows stop changing); its windows are then frozen for the timing, and its update cost, measured during
 // the warm-up, is added amortised over its control interval.
 // context: sequence length T (default 1024); the batch is 4096 / T sequences, so tokens per step stay 4096.
-int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024);
+// preset: a suite preset's name: its model, context and batch instead of bench-c's (context is then ignored).
+int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024, const std::string& preset = "");
 
 // A row-major sgemm (M, N, K), `repeats` times per run, as a measurement case: the in-process reference the
 // benches compare model FLOP rates with. The case owns its buffers.

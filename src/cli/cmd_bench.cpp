@@ -1,5 +1,6 @@
 // aah bench <what>: benchmarks that print figures and ratios measured side by side in one process.
 #include "bench/bench_decode.h"
+#include "bench/bench_maps.h"
 #include "bench/bench_train.h"
 #include "bench/measure.h"
 #include "cli/commands.h"
@@ -62,6 +63,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   static int steps = 0;
   static std::string regime = "full";
   static int context = 1024;
+  static std::string preset;
   auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
   add_measure_flags(tr, opts);
   tr->add_option("--steps", steps, "Same as --rounds-min: timed steps per configuration at least");
@@ -71,13 +73,22 @@ void add_bench_commands(CLI::App& app, int& rc) {
       ->capture_default_str();
   tr->add_option("--context", context, "Sequence length (batch = 4096 / context, so 4096 tokens per step)")
       ->capture_default_str();
+  tr->add_option("--preset", preset,
+                 "Time a suite preset's model, context and batch instead of bench-c (e.g. --preset main: the share of "
+                 "attention in its full-window step)");
   tr->callback([&rc] {
     if (steps > 0) opts.measure.rounds_min = steps, opts.measure.rounds_max = std::max(opts.measure.rounds_max, steps);
-    rc = bench_train(opts, regime, context);
+    rc = bench_train(opts, regime, context, preset);
   });
   auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
   add_measure_flags(dc, opts);
   dc->callback([&rc] { rc = bench_decode(opts); });
+  static std::string suite_dir;
+  auto* mp = bench->add_subcommand(
+      "maps", "A suite's final window maps side by side: training step and evaluation batch time per regime vs full");
+  add_measure_flags(mp, opts);
+  mp->add_option("--suite", suite_dir, "Suite directory (its runs/*/eval.json window maps and config.json)")->required();
+  mp->callback([&rc] { rc = bench_maps(opts, suite_dir); });
 #ifdef AAH_HAVE_BENCH_TOKENIZER
   auto* tk = bench->add_subcommand("tokenizer", "Byte-level BPE (vocab 8192): training time on 10 MB, encoding MB/s");
   add_measure_flags(tk, opts);

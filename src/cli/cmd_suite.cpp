@@ -41,6 +41,10 @@ void add_suite_commands(CLI::App& app, int& rc) {
   suite->add_option("--set", so.sets, "Override a config key for every run (repeatable), e.g. train.steps=100");
   suite->add_option("--data", so.data, "Use this data directory (train.bin, val.bin) instead of the preset's corpus");
   suite->add_flag("--no-report", so.no_report, "Skip the report (aah report DIR writes it later)");
+  suite->add_option("--timing-budget", so.timing_budget_s,
+                    "Seconds of side-by-side timing of the regimes' final window maps after the runs (aah bench maps "
+                    "-> timing.json, the report's time columns); 0: none; default: the preset's (60 s, smoke 2 s)")
+      ->check(CLI::Range(0.0, 3600.0));
   suite->callback([&rc] {
     so.seeds.clear();
     so.regimes.clear();

@@ -65,7 +65,9 @@ void add_train_commands(CLI::App& app, int& rc) {
                                    "training_state.safetensors, metrics.jsonl)");
   static TrainOptions to;
   static std::string config_file;
-  train->add_option("--data", to.data_dir, "Data directory with train.bin and val.bin")->required();
+  train->add_option("--data", to.data_dir,
+                    "Data directory with train.bin and val.bin (with --resume: optional, the run's recorded data; "
+                    "a given one must have the same vocabulary and tokenizer)");
   train->add_option("--out", to.out_dir, "Run directory (with --resume: the run to continue)")->required();
   train->add_option("--config", config_file, "JSON config file (HF Qwen3 keys, \"train\" and \"aah\" blocks)");
   train->add_option("--set", to.sets, "Override a key: --set train.lr=3e-4 (repeatable; see --help-config)");
@@ -79,9 +81,12 @@ void add_train_commands(CLI::App& app, int& rc) {
                     "Under mpirun: all-reduce gradients in buckets during backward (overlap) or after it (blocking)")
       ->check(CLI::IsMember({"overlap", "blocking"}));
   train->callback([&rc] {
+    to.vocab_from_data = true;  // vocab_size defaults to the data's vocabulary unless --config (or --set) gives it
     if (!config_file.empty()) {
       if (to.resume) fail("[train] --config and --resume together: the run's own config.json is used");
-      config_apply_json(to.config, read_json_file(config_file), config_file);
+      const nlohmann::json j = read_json_file(config_file);
+      config_apply_json(to.config, j, config_file);
+      if (j.contains("vocab_size")) to.vocab_from_data = false;
     }
     rc = train_run(to);
   });

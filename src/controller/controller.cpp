@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "controller/coverage.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/attention_common.h"
@@ -131,7 +132,8 @@ LayerController::LayerController(const ControllerConfig& cfg, int num_heads, int
 void LayerController::set_policy_windows(int step) {
   const int T = cfg_.windows.back();
   switch (cfg_.policy) {
-    case WindowPolicy::controller: break;
+    case WindowPolicy::controller:
+    case WindowPolicy::coverage: break;
     case WindowPolicy::off: windows_.assign(H_, T); break;
     case WindowPolicy::fixed: windows_.assign(H_, std::clamp(cfg_.fixed_window, 1, T)); break;
     case WindowPolicy::deterministic:
@@ -191,7 +193,9 @@ void LayerController::build_topology(int step) {
             H_, max_groups, controller_stream_seed(cfg_.seed, kSeedStreamRandomGrouping, uint64_t(layer_), 0));
       }
       hier_ = hierarchy_build(l0, xbar_.data(), H_, cfg_.shape, cfg_.lambda, cfg_.eps);
-      // reuse_level0 recomputes level 0 at the updates before reuse_cache_step.
+      // reuse_level0 recomputes level 0 at the updates before reuse_cache_step, then caches this update's.
+      if (cfg_.topology == TopologyMode::reuse_level0 && !topo_cached_ && step >= cfg_.reuse_cache_step)
+        cache_step_ = step;
       if (cfg_.topology == TopologyMode::fixed_random || step >= cfg_.reuse_cache_step) topo_cached_ = true;
       break;
     }
@@ -211,11 +215,60 @@ nlohmann::json rows_json(const std::vector<T>& flat, int cols) {
 
 }  // namespace
 
+// Spec 5.4-5.6 from the head choices c (H), then shuffle_post_select (7); counts the update. Trace: head_choice,
+// ramped_choice (with a ramp), resolution_prev, resolution, windows (and the shuffle's fields).
+void LayerController::apply_choice(const std::vector<int>& c, int step, nlohmann::json* trace) {
+  const std::vector<int> prev = ctilde_;
+  std::vector<int> ramped(H_);
+  for (int h = 0; h < H_; h++) {
+    ramped[h] = ramp_index(c[h], K_, step, cfg_.warmup_steps, cfg_.ramp_steps);
+    ctilde_[h] = resolution_ema_step(prev[h], ramped[h], cfg_.resolution_ema, K_);
+    windows_[h] = execution_window(cfg_.windows, ctilde_[h]);
+  }
+  if (cfg_.shuffle_post_select) shuffle_windows(step, trace);
+  updates_++;
+  if (trace) {
+    nlohmann::json& t = *trace;
+    t["head_choice"] = c;
+    if (cfg_.ramp_steps > 0) t["ramped_choice"] = ramped;
+    t["resolution_prev"] = prev;
+    t["resolution"] = ctilde_;
+    t["windows"] = windows_;
+  }
+}
+
+// Policy coverage (spec section 10): c_h = the smallest k with m_h(W_k) >= coverage, or the pair-budget choice.
+const std::vector<int>& LayerController::update_coverage(const double* mass, int step, nlohmann::json* trace) {
+  AAH_CHECK(mass != nullptr, "[controller] update needs the attention mass under policy coverage");
+  for (size_t i = 0; i < size_t(H_) * K_; i++)
+    if (!std::isfinite(mass[i])) {
+      if (trace) (*trace)["skipped"] = "non-finite attention mass", (*trace)["windows"] = windows_;
+      return windows_;
+    }
+  std::vector<int> c(H_);
+  if (cfg_.pair_budget > 0) {
+    c = coverage_budget_choice(mass, H_, cfg_.windows, cfg_.pair_budget);
+  } else {
+    for (int h = 0; h < H_; h++) c[h] = coverage_choice(mass + size_t(h) * K_, K_, cfg_.coverage);
+  }
+  if (trace) {
+    (*trace)["mass"] = rows_json(std::vector<double>(mass, mass + size_t(H_) * K_), K_);
+    (*trace)["coverage"] = cfg_.coverage;
+    if (cfg_.pair_budget > 0) (*trace)["pair_budget"] = cfg_.pair_budget;
+  }
+  apply_choice(c, step, trace);
+  return windows_;
+}
+
 // Trace of one update (when requested), one JSON object:
 //   step, layer, regime, policy, windows_candidates
-//   policy != controller: windows (and shuffle fields); that is all
+//   policy coverage: mass (H, K) m_h(W_k) as measured (full window, sampled sequences), coverage, pair_budget (when
+//   > 0), head_choice (H) c_h, ramped_choice (with a ramp), resolution_prev, resolution, windows (and the shuffle's
+//   fields); that is all
+//   other policies != controller: windows (and shuffle fields); that is all
 //   raw_features (H, 9), smoothed_features (H, 9), feature_ema_first (bool: EMA initialised by this observation)
-//   topology: "recomputed" | "cached" (what this update did), levels_used
+//   topology: "recomputed" | "cached" | "level0_cached" (what this update did), levels_used
+//   level0_cache_step (reuse_level0 only): the step whose level 0 is cached, null while level 0 is recomputed
 //   level0_groups: [[heads]]
 //   levels: per level r {level, eta, items (level 0: heads; above: child indices), min_head, parent, features
 //           (n, 9), size_frac, enriched (n, 29), logits_base (n, K), logits (n, K, used), raw_choice, choice}
@@ -229,6 +282,7 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
     *trace = {{"step", step}, {"layer", layer_}, {"regime", cfg_.regime},
               {"policy", window_policy_name(cfg_.policy)}, {"windows_candidates", cfg_.windows}};
   }
+  if (cfg_.policy == WindowPolicy::coverage) return update_coverage(raw, step, trace);
   if (cfg_.policy != WindowPolicy::controller) {
     set_policy_windows(step);
     if (cfg_.shuffle_post_select) shuffle_windows(step, trace);
@@ -252,16 +306,8 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
   build_topology(step);
   // Spec 4, 5.1-5.3: scores, raw choices, parent clamp, head mapping.
   const ControllerDecision d = controller_decide(hier_, scorers_, cfg_.joint_scorer, cfg_.parent_clamp);
-  // Spec 5.4-5.6: ramp, resolution EMA, execution windows.
-  const std::vector<int> prev = ctilde_;
-  std::vector<int> ramped(H_);
-  for (int h = 0; h < H_; h++) {
-    ramped[h] = ramp_index(d.head[h], K_, step, cfg_.warmup_steps, cfg_.ramp_steps);
-    ctilde_[h] = resolution_ema_step(prev[h], ramped[h], cfg_.resolution_ema, K_);
-    windows_[h] = execution_window(cfg_.windows, ctilde_[h]);
-  }
-  if (cfg_.shuffle_post_select) shuffle_windows(step, trace);
-  updates_++;
+  // Spec 5.4-5.6: ramp, resolution EMA, execution windows (and 7: shuffle_post_select).
+  apply_choice(d.head, step, trace);
 
   if (trace) {
     nlohmann::json& t = *trace;
@@ -270,6 +316,8 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
     t["feature_ema_first"] = first;
     const bool reused = cfg_.grouping && was_cached;
     t["topology"] = reused ? (cfg_.topology == TopologyMode::freeze ? "cached" : "level0_cached") : "recomputed";
+    if (cfg_.topology == TopologyMode::reuse_level0 && cfg_.grouping)
+      t["level0_cache_step"] = cache_step_ >= 0 ? nlohmann::json(cache_step_) : nlohmann::json(nullptr);
     t["levels_used"] = hier_.levels_used();
     t["level0_groups"] = hier_.levels[0].members;
     const int R = hier_.levels_used();
@@ -300,11 +348,6 @@ const std::vector<int>& LayerController::update(const double* raw, int step, nlo
     t["pairs"] = std::move(pairs);
     t["joint_scorer"] = cfg_.joint_scorer;
     t["parent_clamp"] = cfg_.parent_clamp;
-    t["head_choice"] = d.head;
-    if (cfg_.ramp_steps > 0) t["ramped_choice"] = ramped;
-    t["resolution_prev"] = prev;
-    t["resolution"] = ctilde_;
-    t["windows"] = windows_;
   }
   return windows_;
 }
@@ -321,7 +364,8 @@ Controller::Controller(const ControllerConfig& cfg, int num_layers, int num_head
 }
 
 bool Controller::is_update_step(int step) const {
-  const bool changes = cfg_.policy == WindowPolicy::controller || cfg_.policy == WindowPolicy::random ||
+  const bool changes = cfg_.policy == WindowPolicy::controller || cfg_.policy == WindowPolicy::coverage ||
+                       cfg_.policy == WindowPolicy::random ||
                        (cfg_.shuffle_post_select && cfg_.policy != WindowPolicy::off);
   if (!changes || step < 0 || step % cfg_.control_interval != 0) return false;
   if (cfg_.freeze_after_warmup && step != 0 && step >= cfg_.warmup_steps) return false;

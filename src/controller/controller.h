@@ -13,6 +13,8 @@
 //   5.5 resolution EMA        ctilde_h = round_half_even(beta ctilde_h + (1 - beta) c_h), clamped to [0, K-1]
 //   5.6 execution window      W_h = clamp(W[ctilde_h], W_0, T)
 //   7  shuffle_post_select    (diagnostic) a seeded permutation of the layer's windows across its heads
+// Policy coverage (spec section 10) replaces 2-5.3 by c_h = the smallest k with mass m_h(W_k) >= aah.coverage (or
+// the pair-budget choice, coverage.h); 5.4-5.6 and 7 are the same.
 // Between updates (every control_interval steps; step 0 is an update) the cached windows are reused.
 //
 // H heads per layer, L layers, K candidate windows, F = 9 features.
@@ -98,17 +100,20 @@ class LayerController {
  public:
   LayerController(const ControllerConfig& cfg, int num_heads, int layer);
 
-  // One control update at `step` from raw features (H, 9) (nullptr allowed unless policy is controller). Returns
-  // the per-head execution windows, which stay cached until the next update. If `trace` is non-null it is set to
-  // one JSON object describing the update (fields in controller.cpp, trace_*). Non-finite raw features skip the
-  // update (state and windows unchanged; the trace says so).
-  const std::vector<int>& update(const double* raw_features, int step, nlohmann::json* trace);
+  // One control update at `step` from the policy's input: raw features (H, 9) under policy controller, the
+  // attention mass within each candidate window (H, K) (coverage.h) under policy coverage, nullptr allowed for the
+  // others. Returns the per-head execution windows, which stay cached until the next update. If `trace` is non-null
+  // it is set to one JSON object describing the update (fields in controller.cpp, before update()). A non-finite
+  // input skips the update (state and windows unchanged; the trace says so).
+  const std::vector<int>& update(const double* input, int step, nlohmann::json* trace);
 
   const std::vector<int>& windows() const { return windows_; }          // (H) W_h in force
   const std::vector<int>& resolution_index() const { return ctilde_; }  // (H) ctilde_h
   const std::vector<double>& feature_ema() const { return xbar_; }      // (H, 9)
   bool feature_ema_initialised() const { return xbar_init_; }
   bool topology_cached() const { return topo_cached_; }
+  // reuse_level0 (deep_reuse): the step of the update that cached level 0; -1 before (spec section 7, revised).
+  int level0_cache_step() const { return cache_step_; }
   const Hierarchy& hierarchy() const { return hier_; }  // of the last update (empty before the first)
   int levels_used() const { return hier_.levels_used(); }
   int updates_done() const { return updates_; }
@@ -126,6 +131,8 @@ class LayerController {
   void set_policy_windows(int step);
   void shuffle_windows(int step, nlohmann::json* trace);
   void build_topology(int step);
+  void apply_choice(const std::vector<int>& c, int step, nlohmann::json* trace);
+  const std::vector<int>& update_coverage(const double* mass, int step, nlohmann::json* trace);
 
   ControllerConfig cfg_;
   int H_, K_, layer_;
@@ -134,11 +141,12 @@ class LayerController {
   bool xbar_init_ = false;
   Hierarchy hier_;            // last hierarchy; its topology is the cache when topo_cached_
   bool topo_cached_ = false;
+  int cache_step_ = -1;       // reuse_level0: step at which level 0 was cached
   std::vector<int> ctilde_;   // (H) resolution EMA state
   std::vector<int> windows_;  // (H) windows in force
   int updates_ = 0;
   // save() buffers (the writer holds pointers until write())
-  mutable std::vector<int32_t> save_groups_, save_topology_, save_state_;
+  mutable std::vector<int32_t> save_groups_, save_topology_, save_state_, save_cache_step_;
 };
 
 // ---- all attention layers ----
@@ -152,15 +160,19 @@ class Controller {
   int context() const { return cfg_.windows.back(); }  // T
 
   // True when `step` is a control update: step % control_interval == 0, the policy changes windows over time
-  // (controller, random, or shuffle_post_select on), and not frozen (freeze_after_warmup: only steps < warmup_steps,
+  // (controller, coverage, random, or shuffle_post_select on), and not frozen (freeze_after_warmup: only steps < warmup_steps,
   // and step 0). On these steps the forward computes features (if needs_features()) and calls update().
   bool is_update_step(int step) const;
   // True when updates read features (policy controller): the forward must compute controller_head_features and
   // the attention must collect diagnostics on update steps.
   bool needs_features() const { return cfg_.policy == WindowPolicy::controller; }
+  // True when updates read the attention mass within each candidate window (policy coverage): the forward must
+  // compute coverage_window_mass on update steps.
+  bool needs_mass() const { return cfg_.policy == WindowPolicy::coverage; }
 
-  // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged.
-  const std::vector<int>& update(int layer, const double* raw_features, int step, nlohmann::json* trace = nullptr);
+  // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` as for
+  // LayerController::update.
+  const std::vector<int>& update(int layer, const double* input, int step, nlohmann::json* trace = nullptr);
   LayerController& layer(int l) { return layers_.at(l); }
   const LayerController& layer(int l) const { return layers_.at(l); }
   const std::vector<int>& windows(int l) const { return layers_.at(l).windows(); }

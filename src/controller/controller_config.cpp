@@ -9,7 +9,7 @@
 namespace aah {
 
 const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
-const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random"}};
+const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage"}};
 
 // ============================================================================================================
 // Knobs: one row per aah.* key of the controller (default: the member's initializer in ControllerConfig)
@@ -34,7 +34,14 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.shuffle_post_select", &c.shuffle_post_select, {}, "permute final windows across heads at each update (diagnostic)"},
       {"aah.freeze_after_warmup", &c.freeze_after_warmup, {}, "no control updates after train.warmup_steps"},
       {"aah.ramp_steps", &c.ramp_steps, at_least(0), "post-warmup ramp length from full windows to the choice (0: off)"},
-      {"aah.reuse_cache_step", &c.reuse_cache_step, at_least(0), "deep_reuse: cache level 0 at the first update at or after this step"},
+      {"aah.reuse_cache_step", &c.reuse_cache_step, at_least(0),
+       "deep_reuse: cache level 0 at the first update at or after this step (default train.warmup_steps; 0: the first)"},
+      {"aah.coverage", &c.coverage, {.lo = 0, .hi = 1, .lo_open = true},
+       "policy coverage: a head's window is the smallest holding this share of its attention mass"},
+      {"aah.coverage_sample", &c.coverage_sample, at_least(1),
+       "policy coverage: sequences of the batch (the first ones) the attention mass is measured on"},
+      {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
+       "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio"},
   };
 }
 
@@ -71,7 +78,9 @@ const std::vector<Regime> kMainRegimes = {
     {"shallow_freeze", {{"shape", "[2]"}, {"topology", "freeze"}},
      "topology computed at the first update, then frozen (decisions keep updating)"},
     {"deep_reuse", {{"shape", "[2,2,2,2]"}, {"topology", "reuse_level0"}},
-     "level-0 partition cached at the first update, upper levels recomputed"},
+     "level-0 partition cached at the first update at or after aah.reuse_cache_step, upper levels recomputed"},
+    {"coverage", {{"policy", "coverage"}},
+     "need-aware (spec section 10, not the paper's): the smallest window holding aah.coverage of the attention mass"},
 };
 
 // One change each; alone they apply on top of full_adaptive, after a main regime joined by '+' on top of it.
@@ -204,6 +213,9 @@ void controller_validate(const ControllerConfig& cfg) {
            " is not supported (upper levels pair items: every entry but the last must be 2)");
   if (c.policy == WindowPolicy::fixed && c.fixed_window < 1)
     fail("[controller] key 'aah.fixed_window' must be >= 1 for regime '", c.regime, "' (fixed window policy)");
+  if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage)
+    fail("[controller] key 'aah.pair_budget' applies to policy coverage only, regime '", c.regime, "' has policy ",
+         window_policy_name(c.policy));
   if (!(c.eps > 0 && std::isfinite(c.eps))) fail("[controller] eps must be > 0, got ", c.eps);
   if (c.warmup_steps < 0) fail("[controller] warmup_steps (train.warmup_steps) must be >= 0");
 }

@@ -26,10 +26,11 @@ enum class WindowPolicy {
   fixed,          // every head fixed_window (clamped to [1, T])
   deterministic,  // head h gets W[h mod K]
   random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
+  coverage,       // need-aware (spec section 10): the smallest window holding aah.coverage of the attention mass
 };
 
 extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
-extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random
+extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage
 inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
 inline const char* window_policy_name(WindowPolicy p) { return enum_name(kWindowPolicyNames, p); }
 
@@ -55,7 +56,12 @@ struct ControllerConfig {
   bool freeze_after_warmup = false;   // no control update after warmup: updates only at steps < warmup_steps (and 0)
   int warmup_steps = 0;               // the training warmup (train.warmup_steps); used by freeze and ramp
   int ramp_steps = 0;                 // post-warmup ramp length in steps; 0 = off (spec default)
-  int reuse_cache_step = 0;           // reuse_level0: level 0 is cached at the first update at or after this step
+  int reuse_cache_step = 0;           // reuse_level0: level 0 is cached at the first update at or after this step;
+                                      // a run's default is train.warmup_steps (controller_config_of), 0 here
+  double coverage = 0.95;             // policy coverage: W_h = the smallest W_k with mass m_h(W_k) >= coverage
+  int coverage_sample = 1;            // policy coverage: sequences of the batch the mass is measured on (the first)
+  double pair_budget = 0;             // policy coverage: 0 off; else per layer the windows of most mass with exact
+                                      // pair ratio <= pair_budget (greedy by mass gained per pair), replacing coverage
   uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
 };
 
@@ -67,10 +73,10 @@ std::vector<int> controller_default_windows(int T);
 
 // Applies regime `name` (the regime table is in controller_config.cpp). First resets the regime-owned knobs (those
 // some regime sets: controller_knob_set_by_regimes) to their ControllerConfig defaults, then sets the knobs the name
-// lists. A name is a main regime (full, grouping_off, full_adaptive, shallow_freeze, deep_reuse) optionally followed
-// by '+variant' parts, or variants alone (then on top of full_adaptive), e.g. "shallow_freeze+shuffle_post_select",
-// "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema". Apply the regime first and the
-// individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
+// lists. A name is a main regime (full, grouping_off, full_adaptive, shallow_freeze, deep_reuse, coverage) optionally
+// followed by '+variant' parts, or variants alone (then on top of full_adaptive), e.g.
+// "shallow_freeze+shuffle_post_select", "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema".
+// Apply the regime first and the individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
 void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
 // Names accepted by controller_apply_regime (main regimes, then variants; "_N" / "_W" stand for a number).
 std::vector<std::string> controller_regime_names();

@@ -24,6 +24,9 @@ constexpr int F = kControllerFeatures;
 //   P topology (n) I32                 the last hierarchy's structure: [R, P, n_0 .. n_{R-1},
 //                                       parent of each item of levels 0 .. R-2, P triples (level, a, b)];
 //                                       [0, 0] before any. Level 0's members come from level0_groups.
+//   P level0_cache_step (1) I32        topology reuse_level0 only: the step whose level 0 is cached (-1 before).
+//                                       Absent (a checkpoint written before it existed): the first update step at
+//                                       or after aah.reuse_cache_step when cached, -1 when not.
 namespace {
 
 void save_linear(SafetensorsWriter& w, const std::string& name, const Linear& lin) {
@@ -69,6 +72,10 @@ void LayerController::save(SafetensorsWriter& w, const std::string& prefix) cons
   for (const SiblingPair& p : hier_.pairs) save_topology_.insert(save_topology_.end(), {p.level, p.a, p.b});
   w.add_raw(P + "topology", "I32", save_topology_.data(), save_topology_.size() * 4,
             {int64_t(save_topology_.size())});
+  if (cfg_.topology == TopologyMode::reuse_level0) {
+    save_cache_step_ = {cache_step_};
+    w.add_raw(P + "level0_cache_step", "I32", save_cache_step_.data(), 4, {1});
+  }
 }
 
 void LayerController::load(const SafetensorsReader& rd, const std::string& prefix) {
@@ -87,6 +94,14 @@ void LayerController::load(const SafetensorsReader& rd, const std::string& prefi
   rd.read_raw(P + "state", "I32", state.data(), {4});
   rd.read_raw(P + "level0_groups", "I32", groups.data(), {H_});
   const std::vector<int32_t> topo = read_i32_vector(rd, P + "topology");
+  int32_t cache_step = -1;
+  const bool reuse = cfg_.topology == TopologyMode::reuse_level0;
+  if (reuse && rd.has(P + "level0_cache_step")) {
+    rd.read_raw(P + "level0_cache_step", "I32", &cache_step, {1});
+  } else if (reuse && state[1]) {
+    const int n = cfg_.control_interval;
+    cache_step = int32_t((int64_t(cfg_.reuse_cache_step) + n - 1) / n * n);
+  }
 
   auto bad = [&](const std::string& name, const std::string& what) {
     fail("[controller] ", rd.path(), ": tensor '", P, name, "' ", what);
@@ -153,6 +168,9 @@ void LayerController::load(const SafetensorsReader& rd, const std::string& prefi
   } else if (state[1]) {
     bad("state", "says the topology is cached but there is none");
   }
+  if (reuse && (cache_step < -1 || (cache_step >= 0) != (state[1] != 0)))
+    bad("level0_cache_step", str_cat("holds ", cache_step, " but the state says level 0 is ", state[1] ? "" : "not ",
+                                     "cached"));
   if (pos != topo.size()) bad("topology", "has trailing entries");
 
   scorers_ = std::move(sc);
@@ -161,6 +179,7 @@ void LayerController::load(const SafetensorsReader& rd, const std::string& prefi
   windows_ = std::move(windows);
   xbar_init_ = state[0] != 0;
   topo_cached_ = state[1] != 0;
+  cache_step_ = cache_step;
   updates_ = state[2];
   hier_ = std::move(hier);
   if (R > 0) hierarchy_update_features(hier_, xbar_.data());  // the trace and stats see sensible features

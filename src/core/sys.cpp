@@ -53,4 +53,21 @@ std::string format_duration(double s) {
   return b;
 }
 
+
+std::string cpu_description() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, model;
+  int cores = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0 && model.empty()) model = line.substr(line.find(':') + 2);
+    if (line.rfind("processor", 0) == 0) cores++;
+  }
+  if (model.empty()) return "unknown CPU";
+  // What the kernels of this build run (the dispatch picks by compile flags and the CPU alike).
+  const char* isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? "AVX-512"
+                    : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? "AVX2/FMA"
+                                                                                              : "SSE";
+  return model + ", " + std::to_string(cores) + (cores == 1 ? " core, " : " cores, ") + isa;
+}
+
 }  // namespace aah

@@ -12,5 +12,8 @@ size_t machine_memory_bytes();     // MemTotal
 size_t available_memory_bytes();   // MemAvailable
 int num_threads();                 // OpenMP threads in use
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+// The CPU as benchmarks name it: /proc/cpuinfo's model name, its core count and the widest vector ISA this
+// build runs ("AMD EPYC, 2 cores, AVX2/FMA"); "unknown CPU" when /proc/cpuinfo cannot be read.
+std::string cpu_description();
 
 }  // namespace aah

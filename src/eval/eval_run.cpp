@@ -75,7 +75,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
     if (val.tokens.size() < 2) fail("[eval] ", val.path, " has ", val.tokens.size(), " tokens: need at least 2");
     std::fprintf(stderr, "[eval] %s has %zu tokens, fewer than train.context+1 = %d: evaluating one window of context %zu\n",
                  val.path.c_str(), val.tokens.size(), cfg.train.context + 1, val.tokens.size() - 1);
-    cfg.train.context = int(val.tokens.size()) - 1;
+    config_lower_context(cfg, int(val.tokens.size()) - 1);
     config_validate(cfg);
   }
   const int T = cfg.train.context, L = cfg.model.num_hidden_layers;

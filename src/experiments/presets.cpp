@@ -23,10 +23,20 @@ std::vector<std::string> cpu_small_sets(int steps) {
 
 constexpr int kCpuSmallSteps = 300;
 
+std::vector<std::string> main_sets(int steps) {
+  return {"vocab_size=4096",          "hidden_size=128",        "intermediate_size=384",
+          "num_hidden_layers=4",      "num_attention_heads=4",  "num_key_value_heads=4",
+          "head_dim=32",              "train.context=2048",     "train.batch_size=2",
+          "train.steps=" + std::to_string(steps), "train.lr=2e-3", "train.min_lr=2e-4",
+          "train.warmup_steps=" + std::to_string(steps / 10), "train.log_interval=10",
+          "train.eval_interval=" + std::to_string(std::max(10, steps / 5)), "train.eval_windows=16"};
+}
+constexpr int kMainSteps = 200;
+
 }  // namespace
 
 const std::vector<std::string>& suite_preset_names() {
-  static const std::vector<std::string> names = {"smoke", "cpu-small", "screening", "diagnostics", "paper-4096"};
+  static const std::vector<std::string> names = {"smoke", "cpu-small", "main", "screening", "diagnostics", "paper-4096"};
   return names;
 }
 
@@ -44,6 +54,13 @@ SuitePreset suite_preset(const std::string& name) {
               "aah.control_interval=2"};
     p.regimes = kMain;
     p.seeds = {0};
+    p.timing_budget_s = 2;
+  } else if (name == "main") {
+    p.summary = "main";
+    p.data = "brown", p.data_vocab = 4096;
+    p.sets = main_sets(kMainSteps);
+    p.regimes = kMain;
+    p.seeds = {0, 1, 2};
   } else if (name == "cpu-small") {
     p.summary = "Brown corpus, 4.3M-parameter model, context 256, the five main regimes, 300 steps (~15 minutes)";
     p.data = "brown", p.data_vocab = 4096;

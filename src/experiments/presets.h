@@ -15,6 +15,7 @@ struct SuitePreset {
   std::vector<std::string> sets;   // config assignments, applied in order (model, train.*, aah.* knobs)
   std::vector<std::string> regimes;  // aah.regime values; "full" is the reference of the paired differences
   std::vector<int> seeds;
+  double timing_budget_s = 60;  // seconds of side-by-side timing of the final window maps (aah bench maps)
 };
 
 const std::vector<std::string>& suite_preset_names();

@@ -86,10 +86,10 @@ struct Column {
 };
 const Column kTrainColumns[] = {{"val_loss", "val loss", 4, false},    {"acr", "ACR", 4, false},
                                 {"pair_ratio", "pair ratio", 4, false}, {"work_ratio", "attn work ratio", 4, false},
-                                {"tokens_per_s", "tokens/s", 0, false}, {"peak_mb", "peak MB", 0, false}};
+                                {"tokens_per_s", "tokens/s during training", 0, false}, {"peak_mb", "peak MB", 0, false}};
 const Column kEvalColumns[] = {{"val_loss", "val loss", 4, true},        {"val_ppl", "perplexity", 3, true},
                                {"inference_acr", "inference ACR", 4, true}, {"pair_ratio", "pair ratio", 4, true},
-                               {"attn_work_ratio", "attn work ratio", 4, true}, {"tokens_per_s", "tokens/s", 0, true},
+                               {"attn_work_ratio", "attn work ratio", 4, true}, {"tokens_per_s", "tokens/s during eval", 0, true},
                                {"peak_rss_mb", "peak MB", 0, true}};
 
 double value_of(const RunData& r, const Column& c) {
@@ -178,6 +178,64 @@ std::string full_precision(double v) {
   return b;
 }
 
+// DIR/timing.json (aah bench maps --json), checked: regimes with pair ratio, train/eval ms statistics and, but
+// for full, their ratios to full. Returns null when the file is absent.
+json read_timing(const std::string& path) {
+  if (!path_exists(path)) return nullptr;
+  const json t = read_json_file(path);
+  auto stats_ok = [](const json& s) {
+    return s.is_object() && s.contains("median") && s["median"].is_number() && s.contains("spread") &&
+           s["spread"].is_number() && s.contains("flagged") && s["flagged"].is_boolean();
+  };
+  if (!t.is_object() || !t.contains("regimes") || !t["regimes"].is_array() || t["regimes"].empty())
+    fail("[report] ", path, ": no 'regimes' array (rerun: aah bench maps --suite DIR --json > ", path, ")");
+  for (const auto& r : t["regimes"]) {
+    if (!r.is_object() || !r.contains("regime") || !r["regime"].is_string() || !r.contains("pair_ratio") ||
+        !r["pair_ratio"].is_number() || !stats_ok(r.value("train_ms", json())) || !stats_ok(r.value("eval_ms", json())))
+      fail("[report] ", path, ": a 'regimes' entry is not {regime, pair_ratio, train_ms, eval_ms, ...}");
+    if (r["regime"] != "full" && (!stats_ok(r.value("train_ratio", json())) || !stats_ok(r.value("eval_ratio", json()))))
+      fail("[report] ", path, ": regime ", r["regime"].dump(), " has no train_ratio / eval_ratio statistics");
+  }
+  return t;
+}
+
+// The timing entry of `regime`, or null.
+json timing_of(const json& timing, const std::string& regime) {
+  if (timing.is_null()) return nullptr;
+  for (const auto& r : timing["regimes"])
+    if (r["regime"] == regime) return r;
+  return nullptr;
+}
+
+// "0.912 (spread 2.1%)", "0.912 (spread 14.0%) !" when flagged.
+std::string stat_cell(const json& s, int decimals) {
+  return fixed(s["median"].get<double>(), decimals) + " (spread " + fixed(100 * s["spread"].get<double>(), 1) + "%)" +
+         (s["flagged"].get<bool>() ? " !" : "");
+}
+
+// The matched baselines of suite.json ("fixed_matched" resolved), as a sentence for the setup line.
+std::string matched_note(const json& suite) {
+  if (!suite.contains("matched") || !suite["matched"].is_object()) return "";
+  std::string o;
+  for (const auto& [k, m] : suite["matched"].items())
+    if (m.is_object() && m.contains("regime") && m["regime"].is_string() && m.contains("target_pair_ratio") &&
+        m["target_pair_ratio"].is_number() && m.contains("pair_ratio") && m["pair_ratio"].is_number())
+      o += str_cat(" ", m["regime"].get<std::string>(), " is the matched-cost baseline: every head one window, chosen so "
+                   "that its pair ratio (", fixed(m["pair_ratio"].get<double>(), 4), ") is the closest to ",
+                   m.value("matched_to", std::string("?")), "'s mean final pair ratio (",
+                   fixed(m["target_pair_ratio"].get<double>(), 4), ").");
+  return o;
+}
+
+// A paired difference in words: an interval that excludes 0 is a difference, else "no difference detected".
+std::string verdict(const MeanInterval& d, int decimals, const char* unit) {
+  if (d.n < 2) return str_cat(fixed(d.mean, decimals), unit, " (one seed: no interval, no claim)");
+  const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "]", unit);
+  if (d.lo > 0) return str_cat("higher by ", fixed(d.mean, decimals), unit, " (", ci, ")");
+  if (d.hi < 0) return str_cat("lower by ", fixed(-d.mean, decimals), unit, " (", ci, ")");
+  return str_cat("no difference detected (", fixed(d.mean, decimals), unit, ", ", ci, ")");
+}
+
 }  // namespace
 
 std::vector<json> report_parse_metrics(const std::string& text, const std::string& name) {
@@ -218,6 +276,24 @@ void report_check_eval(const json& e, const std::string& name) {
     const std::string& w = item.key();
     if (w.empty() || w.size() > 9 || w.find_first_not_of("0123456789") != std::string::npos || !item.value().is_number())
       fail("[report] ", name, ": window_fractions entry '", w, "' is not window -> fraction");
+  }
+  if (e.contains("loss_by_position")) {
+    const json& lp = e["loss_by_position"];
+    if (!lp.is_object() || !lp.contains("start") || !lp.contains("loss") || !lp["start"].is_array() ||
+        !lp["loss"].is_array() || lp["start"].size() != lp["loss"].size() || lp["start"].size() > 1'000'000)
+      fail("[report] ", name, ": 'loss_by_position' is not {start: [...], loss: [...]} of equal lengths");
+    for (size_t i = 0; i < lp["start"].size(); i++)
+      if (!lp["start"][i].is_number_integer() || !(lp["loss"][i].is_number() || lp["loss"][i].is_null()))
+        fail("[report] ", name, ": 'loss_by_position' entry ", i, " is not (integer start, loss)");
+  }
+  if (e.contains("retrieval")) {
+    const json& rt = e["retrieval"];
+    if (!rt.is_object() || !rt.contains("buckets") || !rt["buckets"].is_array() || rt["buckets"].size() > 1000)
+      fail("[report] ", name, ": 'retrieval' has no 'buckets' array");
+    for (const auto& b : rt["buckets"])
+      if (!b.is_object() || !b.contains("lo") || !b["lo"].is_number_integer() || !b.contains("accuracy") ||
+          !(b["accuracy"].is_number() || b["accuracy"].is_null()))
+        fail("[report] ", name, ": a 'retrieval' bucket is not {lo, hi, n, accuracy, loss}");
   }
   if (!e.contains("window_map") || !e["window_map"].is_array() || e["window_map"].empty())
     fail("[report] ", name, ": 'window_map' is missing, empty or not an array");
@@ -358,6 +434,146 @@ void report_write(const std::string& dir) {
     out["regimes"].push_back(jr);
   }
 
+  // Time side by side (timing.json) and the headline: each regime's Δ validation loss against its cost.
+  const json timing = read_timing(dir + "/timing.json");
+  Table time_t;
+  time_t.header = {"regime", "timed map (run)", "pair ratio", "train step ms", "step time ratio vs full",
+                   "eval batch ms", "eval time ratio vs full"};
+  std::string summary_md;
+  SvgLineChart by_time, by_work;
+  by_time.title = "Quality against time";
+  by_time.x_label = "training step time / full's (side by side, median)";
+  by_work.title = "Quality against attention work";
+  by_work.x_label = "attention work ratio (executed / full, mean over training)";
+  for (SvgLineChart* c : {&by_time, &by_work}) {
+    c->y_label = "Δ validation loss vs full (nats, mean, 95% CI)";
+    c->points = true, c->ref_y = 0, c->ref_x = 1;
+  }
+  json headline = json::array();
+  for (const auto& g : regimes) {
+    const json t = timing_of(timing, g);
+    if (!t.is_null())
+      time_t.rows.push_back({g, t.value("run", std::string("?")), fixed(t["pair_ratio"].get<double>(), 4),
+                             stat_cell(t["train_ms"], 1), g == "full" ? "1" : stat_cell(t["train_ratio"], 3),
+                             stat_cell(t["eval_ms"], 1), g == "full" ? "1" : stat_cell(t["eval_ratio"], 3)});
+    std::vector<double> work;
+    for (const RunData* r : runs_of(g)) work.push_back(r->train.at("work_ratio"));
+    const double work_ratio = mean_interval(work).mean;
+    if (!have_full) continue;
+    MeanInterval d;
+    if (g == "full") {
+      d.n = int(runs_of(g).size());
+    } else {
+      d = paired(g, kEvalColumns[0]);
+    }
+    const double time_ratio = t.is_null() ? NAN : g == "full" ? 1.0 : t["train_ratio"]["median"].get<double>();
+    const bool time_flagged = !t.is_null() && g != "full" && t["train_ratio"]["flagged"].get<bool>();
+    headline.push_back({{"regime", g},
+                        {"delta_val_loss", interval_json(d)},
+                        {"step_time_ratio", t.is_null() ? json(nullptr) : json(time_ratio)},
+                        {"step_time_ratio_flagged", time_flagged},
+                        {"work_ratio", work_ratio}});
+    for (auto [chart, x] : {std::pair{&by_time, time_ratio}, std::pair{&by_work, work_ratio}}) {
+      SvgSeries p;
+      p.name = g, p.x = {x}, p.y = {d.mean};
+      if (d.n >= 2) p.y_lo = {d.lo}, p.y_hi = {d.hi};
+      chart->series.push_back(p);
+    }
+    if (g == "full") continue;
+    std::string time_text = "not timed (no timing.json)";
+    if (!t.is_null())
+      time_text = time_flagged ? str_cat("step time ratio ", fixed(time_ratio, 3), " flagged (spread ",
+                                         fixed(100 * t["train_ratio"]["spread"].get<double>(), 1), "%: not a result)")
+                               : str_cat("step time ", fixed(time_ratio, 3), " of full's");
+    summary_md += str_cat("- **", g, "**: validation loss ", verdict(d, 4, " nats"), "; ", time_text,
+                          "; attention work ", fixed(work_ratio, 3), " of full's.\n");
+  }
+
+  // Retrieval accuracy by DEF-ASK distance (synth data): per regime mean over seeds, paired difference from full.
+  Table retr_t;
+  std::vector<std::pair<int, json>> retr_buckets;  // (lo, hi) of the first run that has them
+  for (const auto& r : runs)
+    if (r.eval.contains("retrieval") && retr_buckets.empty())
+      for (const auto& b : r.eval["retrieval"]["buckets"]) retr_buckets.push_back({b["lo"].get<int>(), b.value("hi", json())});
+  auto bucket_acc = [](const RunData& r, int lo) -> double {
+    if (!r.eval.contains("retrieval")) return NAN;
+    for (const auto& b : r.eval["retrieval"]["buckets"])
+      if (b["lo"].get<int>() == lo && b["accuracy"].is_number()) return b["accuracy"].get<double>();
+    return NAN;
+  };
+  json retrieval_json = json::array();
+  if (!retr_buckets.empty()) {
+    retr_t.header = {"regime"};
+    for (const auto& [lo, hi] : retr_buckets)
+      retr_t.header.push_back(str_cat("accuracy ", lo, hi.is_number() ? str_cat("-", hi.get<int>() - 1) : "+"));
+    for (const auto& g : regimes) {
+      std::vector<std::string> row = {g};
+      json jr = {{"regime", g}, {"buckets", json::array()}};
+      std::string lost;
+      for (const auto& [lo, hi] : retr_buckets) {
+        std::vector<double> v, dv;
+        for (const RunData* r : runs_of(g)) {
+          v.push_back(bucket_acc(*r, lo));
+          for (const RunData* f : runs_of("full"))
+            if (f->seed == r->seed) dv.push_back(bucket_acc(*r, lo) - bucket_acc(*f, lo));
+        }
+        const MeanInterval m = mean_interval(v), d = mean_interval(dv);
+        row.push_back(cell(m, 3));
+        jr["buckets"].push_back({{"lo", lo}, {"hi", hi}, {"accuracy", interval_json(m)}, {"delta_vs_full", interval_json(d)}});
+        if (g != "full" && d.n >= 2 && (d.lo > 0 || d.hi < 0))
+          lost += str_cat(lost.empty() ? "" : ", ", "distance ", lo, hi.is_number() ? str_cat("-", hi.get<int>() - 1) : "+",
+                          ": ", d.mean > 0 ? "+" : "", fixed(d.mean, 3));
+      }
+      retr_t.rows.push_back(row);
+      retrieval_json.push_back(jr);
+      if (g != "full" && have_full)
+        summary_md += str_cat("- **", g, "** retrieval accuracy vs full: ",
+                              lost.empty() ? "no difference detected in any distance bucket" : "differs at " + lost, ".\n");
+    }
+  }
+
+  // Loss by position in the context (eval.json's loss_by_position): mean per bucket, and the paired Δ vs full.
+  std::vector<int> pos_starts;
+  for (const auto& r : runs)
+    if (r.eval.contains("loss_by_position") && pos_starts.empty())
+      for (const auto& v : r.eval["loss_by_position"]["start"]) pos_starts.push_back(v.get<int>());
+  auto pos_loss = [&](const RunData& r, size_t i) -> double {
+    if (!r.eval.contains("loss_by_position")) return NAN;
+    const json& lp = r.eval["loss_by_position"];
+    if (i >= lp["start"].size() || lp["start"][i].get<int>() != pos_starts[i] || !lp["loss"][i].is_number()) return NAN;
+    return lp["loss"][i].get<double>();
+  };
+  SvgLineChart pos_chart, pos_delta;
+  pos_chart.title = "Validation loss by position in the context";
+  pos_delta.title = "Δ validation loss vs full by position";
+  pos_chart.x_label = pos_delta.x_label = "position of the predicted token (bucket start)";
+  pos_chart.y_label = "validation loss (nats/token, mean over seeds)";
+  pos_delta.y_label = "Δ loss vs full (nats, mean, 95% CI)";
+  pos_delta.ref_y = 0;
+  std::string csv_pos = "regime,bucket_start,n,mean,lo95,hi95,delta_n,delta_mean,delta_lo95,delta_hi95\n";
+  for (const auto& g : regimes) {
+    if (pos_starts.empty()) break;
+    SvgSeries a, d;
+    a.name = d.name = g;
+    for (size_t i = 0; i < pos_starts.size(); i++) {
+      std::vector<double> v, dv;
+      for (const RunData* r : runs_of(g)) {
+        v.push_back(pos_loss(*r, i));
+        for (const RunData* f : runs_of("full"))
+          if (f->seed == r->seed) dv.push_back(pos_loss(*r, i) - pos_loss(*f, i));
+      }
+      const MeanInterval m = mean_interval(v), dm = mean_interval(dv);
+      a.x.push_back(pos_starts[i]), a.y.push_back(m.n ? m.mean : NAN);
+      d.x.push_back(pos_starts[i]), d.y.push_back(dm.n ? dm.mean : NAN);
+      d.y_lo.push_back(dm.n >= 2 ? dm.lo : NAN), d.y_hi.push_back(dm.n >= 2 ? dm.hi : NAN);
+      csv_pos += str_cat(csv_field(g), ",", pos_starts[i], ",", m.n, ",", full_precision(m.mean), ",",
+                         full_precision(m.lo), ",", full_precision(m.hi), ",", dm.n, ",", full_precision(dm.mean), ",",
+                         full_precision(dm.lo), ",", full_precision(dm.hi), "\n");
+    }
+    pos_chart.series.push_back(a);
+    if (g != "full" && have_full) pos_delta.series.push_back(d);
+  }
+
   // Per-run CSV and JSON: the numbers exactly as read or derived.
   std::string csv_runs = "run,regime,seed";
   for (const auto& c : kTrainColumns) csv_runs += str_cat(",train_", c.key);
@@ -399,6 +615,24 @@ void report_write(const std::string& dir) {
     svgs[file] = std::move(svg);
   };
   const std::string seeds_note = runs.size() > regimes.size() ? " (mean over seeds)" : "";
+  if (!timing.is_null() && have_full)
+    add_figure("tradeoff_time.svg",
+               "Headline: Δ validation loss vs full (paired over seeds, 95% CI) against the training step time ratio "
+               "measured side by side (timing.json); below 0 is better than full, left of 1 is cheaper",
+               svg_line_chart(by_time));
+  if (have_full)
+    add_figure("tradeoff_work.svg",
+               "Δ validation loss vs full (paired over seeds, 95% CI) against the attention work ratio (multiply-adds "
+               "executed / full, mean over training)",
+               svg_line_chart(by_work));
+  if (!pos_starts.empty()) {
+    add_figure("loss_by_position.svg", "Validation loss by position of the predicted token in the context" + seeds_note,
+               svg_line_chart(pos_chart));
+    if (have_full && !pos_delta.series.empty())
+      add_figure("loss_by_position_delta.svg",
+                 "Δ validation loss vs full by position (paired over seeds, 95% CI): where a long-range loss happens",
+                 svg_line_chart(pos_delta));
+  }
   add_figure("val_loss.svg", "Validation loss over training" + seeds_note,
              svg_line_chart({"Validation loss" + seeds_note, "optimizer step", "validation loss (nats/token)",
                              series_of("val_loss")}));
@@ -483,7 +717,8 @@ void report_write(const std::string& dir) {
       m.num_hidden_layers, " layers, ", m.num_attention_heads, " heads x ", m.head_dim, " (", m.num_key_value_heads,
       " KV heads), width ", m.hidden_size, ", vocabulary ", m.vocab_size, ". Training: ", r0.cfg.train.steps,
       " steps of ", r0.cfg.train.batch_size, " x ", r0.cfg.train.context, " tokens. Runs: ", runs.size(),
-      unfinished.empty() ? std::string() : str_cat(" finished (unfinished: ", unfinished.size(), ")"), ".");
+      unfinished.empty() ? std::string() : str_cat(" finished (unfinished: ", unfinished.size(), ")"), ".",
+      matched_note(suite));
   const std::string notes =
       "Definitions. Training table: val loss at the final step; ACR (mean W/T over layers and heads) and exact pair "
       "ratio (executed causal pairs / full causal pairs) of the windows in force at the final step; attention work "
@@ -493,8 +728,26 @@ void report_write(const std::string& dir) {
       "(layer, head, sequence) executions with window W; tokens/s after the first (warmup) batch; peak memory of "
       "the evaluation process. With two or more seeds, a cell reads mean ± half-width of the 95% t-interval; Δ is "
       "the mean paired difference regime - full over the seeds both have.";
-  std::string md = "# aah suite report\n\n" + setup + "\n\n## Training (the paper's Table 4)\n\n" + markdown(train_t) +
-                   "\n## Inference (the paper's Table 6)\n\n" + markdown(eval_t);
+  const std::string seeds_line = str_cat(
+      "Differences from full are paired by seed (regime - full, same seed), with a 95% t-interval over the seeds; an "
+      "interval that contains 0 reads \"no difference detected\". Time ratios come from timing.json: each regime's final "
+      "window map timed side by side with full windows, interleaved in one process (`aah bench maps`); a ratio whose "
+      "spread (IQR / median) is over ",
+      timing.is_null() ? std::string("10%") : fixed(100 * timing.value("spread_limit", 0.1), 0) + "%",
+      " is flagged '!' and is not a result.");
+  std::string timing_note;
+  if (!timing.is_null())
+    timing_note = str_cat("Measured on ", timing.value("cpu", std::string("?")), ", ", timing.value("threads", 0),
+                          " threads, ", timing.value("rounds", 0), " interleaved rounds; ms are medians. The "
+                          "controller's own cost is not included (measured 0.1-0.2% of a step by `aah bench train "
+                          "--regime`). The training tables' tokens/s are the logs' figures during training, "
+                          "when the machine may have been doing other things.\n");
+  std::string md = "# aah suite report\n\n" + setup + "\n\n";
+  if (!summary_md.empty()) md += "## Summary: what survives\n\n" + seeds_line + "\n\n" + summary_md + "\n";
+  if (!time_t.rows.empty()) md += "## Time side by side\n\n" + markdown(time_t) + "\n" + timing_note + "\n";
+  if (!retr_t.rows.empty()) md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr_t) + "\n";
+  md += "## Training (the paper's Table 4)\n\n" + markdown(train_t) + "\n## Inference (the paper's Table 6)\n\n" +
+        markdown(eval_t);
   if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(diff_t);
   md += "\n## Window buckets at evaluation\n\n" + bucket_md + "\n## Figures\n\n";
   for (const auto& [file, caption] : figures) md += str_cat("![", caption, "](figures/", file, ")\n\n");
@@ -505,8 +758,22 @@ void report_write(const std::string& dir) {
       "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px}"
       "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f2f2f2}"
       "figure{margin:1.5em 0}figcaption{color:#555;font-size:0.9em}</style>\n</head>\n<body>\n"
-      "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n<h2>Training (the paper's Table 4)</h2>\n" +
-      html_table(train_t) + "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
+      "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n";
+  if (!summary_md.empty()) {
+    html += "<h2>Summary: what survives</h2>\n<p>" + svg_escape(seeds_line) + "</p>\n<ul>\n";
+    for (size_t at = 0; at < summary_md.size();) {  // the markdown list, one item per line, bold markers dropped
+      const size_t end = summary_md.find('\n', at);
+      std::string item = summary_md.substr(at + 2, end - at - 2);
+      std::erase(item, '*');
+      html += "<li>" + svg_escape(item) + "</li>\n";
+      at = end + 1;
+    }
+    html += "</ul>\n";
+  }
+  if (!time_t.rows.empty()) html += "<h2>Time side by side</h2>\n" + html_table(time_t) + "<p>" + svg_escape(timing_note) + "</p>\n";
+  if (!retr_t.rows.empty()) html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr_t);
+  html += "<h2>Training (the paper's Table 4)</h2>\n" + html_table(train_t) +
+          "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
   if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(diff_t);
   html += "<h2>Window buckets at evaluation</h2>\n" + bucket_html + "<h2>Figures</h2>\n";
   for (const auto& [file, caption] : figures)
@@ -515,6 +782,10 @@ void report_write(const std::string& dir) {
   out["tables"] = {{"training", {{"header", train_t.header}, {"rows", train_t.rows}}},
                    {"inference", {{"header", eval_t.header}, {"rows", eval_t.rows}}},
                    {"paired", {{"header", diff_t.header}, {"rows", diff_t.rows}}}};
+  out["headline"] = headline;
+  if (!timing.is_null()) out["timing"] = timing;
+  if (!retrieval_json.empty()) out["retrieval"] = retrieval_json;
+  if (!pos_starts.empty()) write_file_atomic(dir + "/loss_by_position.csv", csv_pos);
   write_file_atomic(dir + "/report.md", md);
   write_file_atomic(dir + "/report.html", html);
   write_file_atomic(dir + "/runs.csv", csv_runs);

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -17,6 +19,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/synth.h"
+#include "kernels/attention_common.h"
 #include "model/config.h"
 
 namespace aah {
@@ -24,6 +27,10 @@ namespace aah {
 namespace {
 
 using json = nlohmann::json;
+
+// The preset regime that stands for a fixed window matched to kMatchedTo's pair ratio (resolved while running).
+constexpr const char* kFixedMatched = "fixed_matched";
+constexpr const char* kMatchedTo = "full_adaptive";
 
 std::string self_exe() {
   char buf[4096];
@@ -84,23 +91,120 @@ void prepare_data(const SuitePreset& p, const std::string& dir) {
   }
 }
 
+// The final pair ratio of a finished run (its eval.json), NaN when it has none.
+double final_pair_ratio(const std::string& dir) {
+  const std::string path = dir + "/eval.json";
+  const json j = read_json_file(path);
+  if (!j.is_object() || !j.contains("pair_ratio") || !j["pair_ratio"].is_number())
+    fail("[suite] ", path, ": no pair_ratio");
+  return j["pair_ratio"].get<double>();
+}
+
+// Resolves the preset's "fixed_matched" to fixed_window_W, W matched to the mean final pair ratio of the suite's
+// full_adaptive runs (all seeds, finished). Recorded in suite.json: later reruns and added seeds use the same W.
+std::string resolve_matched(json& suite, const std::string& suite_path, const std::vector<Run>& runs, int T) {
+  if (suite.contains("matched") && suite["matched"].contains(kFixedMatched))
+    return suite["matched"][kFixedMatched]["regime"].get<std::string>();
+  std::vector<double> ratios;
+  json from = json::array();
+  for (const Run& r : runs)
+    if (r.regime == kMatchedTo) {
+      if (!eval_done(r.dir)) fail("[suite] ", r.dir, ": ", kFixedMatched, " needs every ", kMatchedTo, " run finished first");
+      ratios.push_back(final_pair_ratio(r.dir));
+      from.push_back(r.dir.substr(r.dir.rfind('/') + 1));
+    }
+  double target = 0;
+  for (double v : ratios) target += v / double(ratios.size());
+  const int w = fixed_window_matching(T, target);
+  const std::string regime = "fixed_window_" + std::to_string(w);
+  suite["matched"][kFixedMatched] = {{"regime", regime},       {"window", w},
+                                     {"target_pair_ratio", target}, {"pair_ratio", fixed_window_pair_ratio(T, w)},
+                                     {"matched_to", kMatchedTo}, {"from", from}};
+  write_file_atomic(suite_path, suite.dump(2) + "\n");
+  std::fprintf(stderr, "[suite] %s: fixed window %d (pair ratio %.4f) matches %s's mean final pair ratio %.4f\n",
+               kFixedMatched, w, fixed_window_pair_ratio(T, w), kMatchedTo, target);
+  return regime;
+}
+
+// The finished runs' directory names (those with eval.json), sorted.
+std::vector<std::string> finished_runs(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& n : list_dir(dir + "/runs"))
+    if (path_exists(dir + "/runs/" + n + "/eval.json")) names.push_back(n);
+  return names;
+}
+
+// DIR/timing.json: `aah bench maps` over the finished runs' final window maps (a child process: its memory is its
+// own). Kept when it already timed the same runs.
+int suite_timing(const std::string& dir, const std::string& exe, double budget_s) {
+  const std::string path = dir + "/timing.json";
+  const std::vector<std::string> names = finished_runs(dir);
+  if (path_exists(path)) {
+    const json old = json::parse(read_file(path), nullptr, false);
+    if (old.is_object() && old.value("runs", json::array()) == json(names)) return 0;
+  }
+  std::fprintf(stderr, "[suite] timing every regime's final window map side by side (aah bench maps, ~%s)\n",
+               format_duration(budget_s).c_str());
+  std::string out;
+  auto say = [&](const std::string& line) { std::fprintf(stderr, "[timing] %s\n", line.c_str()); };
+  const int rc = process_run({exe, "bench", "maps", "--suite", dir, "--json", "--budget", str_cat(budget_s)},
+                             {.output = &out, .on_stderr_line = say, .forward_signals = true});
+  json t = json::parse(out, nullptr, false);
+  if (rc != 0 || !t.is_object()) {
+    std::fprintf(stderr, "[suite] %s: aah bench maps exited with %d\n", dir.c_str(), rc);
+    return rc ? rc : 1;
+  }
+  t["runs"] = names;
+  write_file_atomic(path, t.dump(2) + "\n");
+  return 0;
+}
+
 }  // namespace
+
+double fixed_window_pair_ratio(int T, int w) {
+  return double(attn_visible_pairs(T, w)) / double(attn_visible_pairs(T, T));
+}
+
+int fixed_window_matching(int T, double target) {
+  int best = 1;
+  for (int w = 2; w <= T; w++)
+    if (std::abs(fixed_window_pair_ratio(T, w) - target) < std::abs(fixed_window_pair_ratio(T, best) - target))
+      best = w;
+  return best;
+}
+
+double suite_eta_seconds(const SuiteEta& e) {
+  if (e.runs_left <= 0) return e.tail_s;
+  double per_run = 0;
+  if (e.finished_runs > 0) {
+    per_run = e.finished_seconds / e.finished_runs;
+  } else if (e.current_fraction > 0) {
+    per_run = e.current_seconds / e.current_fraction;
+  } else {
+    return NAN;
+  }
+  return per_run * (e.runs_left - e.current_fraction) + e.tail_s;
+}
 
 int suite_run(const SuiteOptions& o) {
   SuitePreset p = suite_preset(o.preset);
   if (!o.regimes.empty()) p.regimes = o.regimes;
   if (!o.seeds.empty()) p.seeds = o.seeds;
+  const double timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
   std::vector<std::string> sets = p.sets;
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
   // Check every configuration before running anything: a typo fails now, not after an hour.
-  int steps = 0;
+  int steps = 0, context = 0;
   for (const auto& regime : p.regimes) {
+    const bool matched = regime == kFixedMatched;
+    if (matched && std::find(p.regimes.begin(), p.regimes.end(), kMatchedTo) >= std::find(p.regimes.begin(), p.regimes.end(), regime))
+      fail("[suite] regime ", kFixedMatched, " needs ", kMatchedTo, " before it in the regime list");
     Config cfg;
-    config_set(cfg, "aah.regime=" + regime);
+    config_set(cfg, "aah.regime=" + (matched ? std::string("fixed_window_1") : regime));
     for (const auto& s : sets) config_set(cfg, s);
     config_validate(cfg);
     controller_config_of(cfg);
-    steps = cfg.train.steps;
+    steps = cfg.train.steps, context = cfg.train.context;
   }
 
   dir_check_kind(o.out, DirKind::suite, "[suite]", "--out");
@@ -120,6 +224,7 @@ int suite_run(const SuiteOptions& o) {
         suite["regimes"].push_back(r);
     for (const auto& s : old.value("seeds", json::array()))
       if (std::find(p.seeds.begin(), p.seeds.end(), s.get<int>()) == p.seeds.end()) suite["seeds"].push_back(s);
+    if (old.contains("matched")) suite["matched"] = old["matched"];
   }
   write_file_atomic(suite_path, suite.dump(2) + "\n");
 
@@ -132,9 +237,11 @@ int suite_run(const SuiteOptions& o) {
     for (int seed : p.seeds) {
       Run r;
       r.regime = regime, r.seed = seed, r.steps = steps;
-      r.dir = o.out + "/runs/" + regime + "-s" + std::to_string(seed);
-      r.evaluated = eval_done(r.dir);
-      r.done_steps = r.evaluated ? steps : checkpoint_step(r.dir);
+      if (regime == kFixedMatched && suite.contains("matched") && suite["matched"].contains(kFixedMatched))
+        r.regime = suite["matched"][kFixedMatched]["regime"].get<std::string>();
+      r.dir = o.out + "/runs/" + r.regime + "-s" + std::to_string(seed);
+      r.evaluated = r.regime != kFixedMatched && eval_done(r.dir);
+      r.done_steps = r.evaluated ? steps : r.regime != kFixedMatched ? checkpoint_step(r.dir) : 0;
       total_steps += steps;
       left_steps += steps - r.done_steps;
       runs.push_back(r);
@@ -144,14 +251,26 @@ int suite_run(const SuiteOptions& o) {
 
   const std::string exe = self_exe();
   const double t0 = now_seconds();
-  int steps_here = 0;  // steps trained by this invocation (the ETA's rate)
+  SuiteEta eta;
+  eta.tail_s = timing_budget_s;
+  for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : 1;
   for (size_t i = 0; i < runs.size(); i++) {
     Run& r = runs[i];
+    if (r.regime == kFixedMatched) {
+      r.regime = resolve_matched(suite, suite_path, runs, context);
+      r.dir = o.out + "/runs/" + r.regime + "-s" + std::to_string(r.seed);
+      r.evaluated = eval_done(r.dir);
+      r.done_steps = r.evaluated ? steps : checkpoint_step(r.dir);
+      for (Run& later : runs)  // the other seeds of the matched regime
+        if (later.regime == kFixedMatched) later.regime = r.regime;
+    }
     const std::string tag = str_cat("[", i + 1, "/", runs.size(), " ", r.regime, " s", r.seed, "]");
     if (r.evaluated) {
       std::fprintf(stderr, "%s finished earlier: skipped\n", tag.c_str());
       continue;
     }
+    const double run_t0 = now_seconds();
+    eta.current_fraction = 0, eta.current_seconds = 0;
     if (r.done_steps < r.steps) {
       std::vector<std::string> argv = {exe, "train", "--data", data, "--out", r.dir};
       if (r.done_steps > 0) {
@@ -165,16 +284,18 @@ int suite_run(const SuiteOptions& o) {
       std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
                    r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
       int last = r.done_steps;
+      const int first = r.done_steps;
       auto progress = [&](const std::string& line) {
         int s = 0;
         if (parse_step(line, &s)) {
-          steps_here += s - last;
           left_steps -= s - last;
           last = s;
-          const double rate = steps_here / std::max(1e-9, now_seconds() - t0);
+          // Time per run from the runs finished here (training and evaluation); before the first, from this one.
+          eta.current_fraction = double(s - first) / std::max(1, r.steps - first);
+          eta.current_seconds = now_seconds() - run_t0;
           std::fprintf(stderr, "%s %s | suite %d%% ETA %s\n", tag.c_str(), line.c_str(),
                        int(100.0 * (total_steps - left_steps) / total_steps),
-                       format_duration(left_steps / std::max(1e-9, rate)).c_str());
+                       format_duration(suite_eta_seconds(eta)).c_str());
         } else if (!line.empty()) {
           std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str());
         }
@@ -197,11 +318,20 @@ int suite_run(const SuiteOptions& o) {
       return rc ? rc : 1;
     }
     write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
-    std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s\n", tag.c_str(),
-                 ev["val_loss"].get<double>(), ev["inference_acr"].get<double>(), ev["pair_ratio"].get<double>(),
-                 ev["tokens_per_s"].get<double>());
+    // A run resumed from a checkpoint counts as the share of a run it trained here.
+    const double share = r.done_steps > 0 ? double(r.steps - r.done_steps) / r.steps : 1.0;
+    eta.finished_runs += share, eta.finished_seconds += now_seconds() - run_t0, eta.runs_left -= 1;
+    eta.current_fraction = 0;
+    std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s | suite ETA %s\n",
+                 tag.c_str(), ev["val_loss"].get<double>(), ev["inference_acr"].get<double>(),
+                 ev["pair_ratio"].get<double>(), ev["tokens_per_s"].get<double>(),
+                 format_duration(suite_eta_seconds(eta)).c_str());
   }
   std::fprintf(stderr, "[suite] all %zu runs finished (%s)\n", runs.size(), format_duration(now_seconds() - t0).c_str());
+  if (timing_budget_s > 0) {
+    const int rc = suite_timing(o.out, exe, timing_budget_s);
+    if (rc != 0) return rc;
+  }
   if (!o.no_report) report_write(o.out);
   return 0;
 }

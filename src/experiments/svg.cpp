@@ -86,8 +86,16 @@ std::string svg_line_chart(const SvgLineChart& c) {
       if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) continue;
       x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
       y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+      if (i < s.y_lo.size() && std::isfinite(s.y_lo[i])) y0 = std::min(y0, s.y_lo[i]);
+      if (i < s.y_hi.size() && std::isfinite(s.y_hi[i])) y1 = std::max(y1, s.y_hi[i]);
     }
   if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (std::isfinite(c.ref_y)) y0 = std::min(y0, c.ref_y), y1 = std::max(y1, c.ref_y);
+  if (std::isfinite(c.ref_x)) x0 = std::min(x0, c.ref_x), x1 = std::max(x1, c.ref_x);
+  if (c.points) {  // room around the outermost markers
+    const double xpad = std::max(1e-3, (x1 - x0) * 0.08);
+    x0 -= xpad, x1 += xpad;
+  }
   if (x1 <= x0) x1 = x0 + 1;
   if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
   const double pad = (y1 - y0) * 0.05;
@@ -116,13 +124,26 @@ std::string svg_line_chart(const SvgLineChart& c) {
             str_cat("text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 ", num(top + ph / 2), ")\""));
   o += str_cat("<clipPath id=\"plot\"><rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw),
                "\" height=\"", num(ph), "\"/></clipPath>\n<g clip-path=\"url(#plot)\" fill=\"none\" stroke-width=\"2\">\n");
+  auto dashed = [&](double xa, double ya, double xb, double yb) {
+    o += str_cat("<line x1=\"", num(xa), "\" y1=\"", num(ya), "\" x2=\"", num(xb), "\" y2=\"", num(yb),
+                 "\" stroke=\"#777\" stroke-width=\"1\" stroke-dasharray=\"5,4\"/>\n");
+  };
+  if (std::isfinite(c.ref_y)) dashed(left, Y(c.ref_y), left + pw, Y(c.ref_y));
+  if (std::isfinite(c.ref_x)) dashed(X(c.ref_x), top, X(c.ref_x), top + ph);
   for (size_t k = 0; k < c.series.size(); k++) {
     const auto& s = c.series[k];
     const char* color = kPalette[k % 10];
+    for (size_t i = 0; i < s.x.size() && i < s.y_lo.size() && i < s.y_hi.size(); i++)
+      if (s.x[i] >= c.x_from && std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i])) {
+        const double x = X(s.x[i]);
+        o += str_cat("<path stroke=\"", color, "\" stroke-width=\"1.5\" d=\"M", num(x), " ", num(Y(s.y_lo[i])), " V",
+                     num(Y(s.y_hi[i])), " M", num(x - 5), " ", num(Y(s.y_lo[i])), " h10 M", num(x - 5), " ",
+                     num(Y(s.y_hi[i])), " h10\"/>\n");
+      }
     std::string pts;
     int points = 0;
     auto flush = [&] {
-      if (points > 1) o += str_cat("<polyline stroke=\"", color, "\" points=\"", pts, "\"/>\n");
+      if (points > 1 && !c.points) o += str_cat("<polyline stroke=\"", color, "\" points=\"", pts, "\"/>\n");
       pts.clear();
       points = 0;
     };
@@ -137,11 +158,11 @@ std::string svg_line_chart(const SvgLineChart& c) {
       drawn++;
     }
     flush();
-    if (drawn <= 40)  // markers where points are few (evaluation steps), so single points show too
+    if (drawn <= 40 || c.points)  // markers where points are few (evaluation steps), so single points show too
       for (size_t i = 0; i < s.x.size(); i++)
         if (s.x[i] >= c.x_from && std::isfinite(s.y[i]))
-          o += str_cat("<circle cx=\"", num(X(s.x[i])), "\" cy=\"", num(Y(s.y[i])), "\" r=\"2.5\" fill=\"", color,
-                       "\" stroke=\"none\"/>\n");
+          o += str_cat("<circle cx=\"", num(X(s.x[i])), "\" cy=\"", num(Y(s.y[i])), "\" r=\"", c.points ? "5" : "2.5",
+                       "\" fill=\"", color, "\" stroke=\"none\"/>\n");
   }
   o += "</g>\n";
   const double lx = left + pw + 20;

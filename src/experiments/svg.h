@@ -2,6 +2,7 @@
 // Every figure has a title, labelled axes with units and a legend outside the plot area, so text never overlaps
 // the data.
 #pragma once
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,12 +11,16 @@ namespace aah {
 struct SvgSeries {
   std::string name;
   std::vector<double> x, y;  // same length; NaN y values are gaps
+  std::vector<double> y_lo, y_hi;  // optional, same length: a vertical error bar per point (an interval)
 };
 
 struct SvgLineChart {
   std::string title, x_label, y_label;
   std::vector<SvgSeries> series;
   double x_from = 0;  // > 0: only x >= x_from is drawn, and the y range fits that part (a zoom)
+  bool points = false;      // markers only, no lines (a scatter: one series per labelled point)
+  double ref_y = NAN;       // finite: a dashed horizontal reference line there (e.g. 0 = no difference)
+  double ref_x = NAN;       // finite: a dashed vertical reference line there (e.g. 1 = the same cost)
 };
 std::string svg_line_chart(const SvgLineChart& chart);
 

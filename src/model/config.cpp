@@ -23,7 +23,8 @@ std::vector<ConfigField> fields(Config& c) {
       {"num_attention_heads", &m.num_attention_heads, above(0), "query heads H"},
       {"num_key_value_heads", &m.num_key_value_heads, above(0), "key/value heads (divides H; < H is grouped-query)"},
       {"head_dim", &m.head_dim, above(0), "per-head dimension D (even)"},
-      {"vocab_size", &m.vocab_size, above(1), "vocabulary size V (must cover the data's tokenizer)"},
+      {"vocab_size", &m.vocab_size, above(1),
+       "vocabulary size V (aah train: the data's vocabulary unless given; never below it)"},
       {"rope_theta", &m.rope_theta, above(0), "RoPE base"},
       {"rms_norm_eps", &m.rms_norm_eps, above(0), "RMSNorm epsilon"},
       {"tie_word_embeddings", &m.tie_word_embeddings, {}, "LM head shares the embedding matrix"},
@@ -139,17 +140,39 @@ ControllerConfig controller_config_of(const Config& cfg) {
   ControllerConfig c;
   c.windows = controller_default_windows(cfg.train.context);
   c.warmup_steps = cfg.train.warmup_steps;
+  c.reuse_cache_step = cfg.train.warmup_steps;  // spec section 7 (revised): deep_reuse caches level 0 after warmup
   c.seed = uint64_t(cfg.train.seed);
   controller_apply_regime(c, cfg.aah.regime);
   for (const ConfigField& f : controller_knobs(c)) {  // the explicit knobs, on top of the regime
     auto it = cfg.aah.knobs.find(f.key.substr(4));
     if (it != cfg.aah.knobs.end()) field_assign(f, *it, "aah");
   }
+  // A window covers at most the context: a larger one is an error, not a silent clamp.
+  for (int w : c.windows)
+    if (w > cfg.train.context)
+      fail("[config] key 'aah.windows' has window ", w, ", larger than train.context = ", cfg.train.context);
+  if (c.fixed_window > cfg.train.context)
+    fail("[config] key 'aah.fixed_window' = ", c.fixed_window, " is larger than train.context = ", cfg.train.context,
+         " (a window covers at most the context)");
   if (!c.windows.empty() && c.windows.back() != cfg.train.context)
     fail("[config] key 'aah.windows': the last window must equal train.context (", cfg.train.context, "), got ",
          c.windows.back());
   controller_validate(c);
   return c;
+}
+
+void config_lower_context(Config& cfg, int T) {
+  const ControllerConfig c = controller_config_of(cfg);  // as resolved at the old context
+  cfg.train.context = T;
+  if (c.fixed_window > T) cfg.aah.knobs["fixed_window"] = T;
+  // Default windows follow the context by themselves; explicit ones keep those below T and end at T.
+  if (cfg.aah.knobs.contains("windows")) {
+    std::vector<int> w;
+    for (int x : c.windows)
+      if (x < T) w.push_back(x);
+    w.push_back(T);
+    cfg.aah.knobs["windows"] = w;
+  }
 }
 
 void config_apply_json(Config& cfg, const json& j, const std::string& source) {

@@ -75,6 +75,10 @@ void config_apply_json(Config& cfg, const nlohmann::json& j, const std::string& 
 void config_set(Config& cfg, const std::string& assignment);
 // Checks ranges and relations (H % Hkv == 0, D even, ...); errors name the key.
 void config_validate(const Config& cfg);
+// Lowers train.context to T (an evaluation of a text shorter than the context) and keeps the window knobs within
+// it, since a window beyond the context is an error: aah.fixed_window above T becomes T, explicit aah.windows keep
+// those below T and end at T (default windows follow the context anyway).
+void config_lower_context(Config& cfg, int T);
 // config.json of a run: Qwen3 fields, architectures, plus "train" and "aah" blocks.
 nlohmann::json config_to_json(const Config& cfg);
 // The controller configuration a run uses: default windows (context/8, /4, /2, /1), the regime's preset, then the

@@ -1,9 +1,11 @@
 #include "model/window_policy.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "controller/coverage.h"
 #include "core/check.h"
 #include "kernels/dispatch.h"
 #include "core/sys.h"
@@ -61,6 +63,10 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
       }
       raw = features_.data();
     }
+    if (controller_.needs_mass()) {
+      measure_mass(q, k, B, T);
+      raw = mass_.data();
+    }
     nlohmann::json tr;
     const std::vector<int>& w = controller_.update(l, raw, step_, trace_ ? &tr : nullptr);
     std::copy(w.begin(), w.end(), win);
@@ -72,6 +78,33 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
 WindowPolicyRunner::~WindowPolicyRunner() {
   model_.before_attention = nullptr;
   if (trace_) std::fclose(trace_);
+}
+
+// Policy coverage (spec section 10): the attention mass within each candidate window, at full window, on the first
+// aah.coverage_sample sequences of the (global) batch, into mass_ (H, K).
+void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int T) {
+  const double t0 = now_seconds();
+  const std::vector<int>& w = controller_.config().windows;
+  const int K = int(w.size()), ranks = comm_ ? comm_->size() : 1, rank = comm_ ? comm_->rank() : 0;
+  const size_t row = size_t(H_) * K;
+  // The global batch is the ranks' equal slices in rank order: this rank holds sequences rank*B .. rank*B + B-1.
+  const int n = std::min(controller_.config().coverage_sample, B * ranks);
+  const int per_rank = std::min(n, B), mine = std::clamp(n - rank * B, 0, B);
+  mass_seq_.assign(size_t(per_rank) * row, 0.0);
+  coverage_window_mass(mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K);
+  if (ranks > 1) {  // gather the sampled sequences' rows, then keep them in global sequence order
+    parts_.resize(mass_seq_.size() * ranks);
+    comm_->allgather(mass_seq_.data(), mass_seq_.size(), parts_.data());
+    mass_seq_.clear();
+    for (int r = 0; r < ranks; r++) {
+      const int count = std::clamp(n - r * B, 0, B);
+      const double* p = parts_.data() + size_t(r) * per_rank * row;
+      mass_seq_.insert(mass_seq_.end(), p, p + size_t(count) * row);
+    }
+  }
+  mass_.resize(row);
+  coverage_mass_mean(mass_.data(), mass_seq_.data(), n, H_, K);
+  coverage_seconds_ += now_seconds() - t0;
 }
 
 void WindowPolicyRunner::open_trace(const std::string& path, bool append) {

@@ -130,7 +130,7 @@ void run_dir_check(const std::string& run, bool resume, bool force) {
   }
   if (kind != DirKind::run || force) {
     // A directory of other files: refuse only where a run's file would replace one of them.
-    for (const char* f : {"config.json", "metrics.jsonl", "tokenizer.json", "model.safetensors"})
+    for (const char* f : {"config.json", "metrics.jsonl", "tokenizer.json", "model.safetensors", "data.json"})
       if (kind == DirKind::other && !force && file_exists(run + "/" + f))
         fail("[train] --out ", run, " holds a ", f, " that is not from an aah run: choose another --out, or --force to ",
              "replace it");

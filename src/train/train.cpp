@@ -4,7 +4,9 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "core/sys.h"
 #include "dist/comm.h"
 #include "eval/eval.h"
+#include "io/checksum.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
@@ -26,6 +29,7 @@
 #include "train/checkpoint.h"
 #include "train/grad_sync.h"
 #include "train/optimizer.h"
+#include "train/run_data.h"
 
 namespace aah {
 
@@ -300,6 +304,22 @@ int train_run(const TrainOptions& o) {
   const bool quiet = o.quiet || !lead;
   Config cfg = o.config;
   run_dir_check(o.out_dir, o.resume, o.force);
+  // The data: --data, or on --resume the directory the run recorded (checked before anything is created).
+  std::optional<RunData> recorded;
+  if (o.resume) recorded = run_data_load(o.out_dir);
+  std::string data_dir = o.data_dir;
+  if (data_dir.empty()) {
+    if (!o.resume) fail("[train] --data DIR is required (only --resume does without it: it uses the run's data)");
+    if (!recorded)
+      fail("[train] --resume ", o.out_dir, ": the run does not record its data directory (no data.json: it was ",
+           "started by an older aah): give --data DIR");
+    data_dir = recorded->dir;
+    if (!dir_exists(data_dir))
+      fail("[train] --resume ", o.out_dir, ": the run's data directory ", data_dir, " (recorded in ", o.out_dir,
+           "/data.json) is gone: give --data DIR with the same tokenizer");
+  } else if (!dir_exists(data_dir)) {
+    fail("[train] --data ", data_dir, ": ", path_exists(data_dir) ? "not a directory" : "no such directory");
+  }
   std::optional<RunLock> lock;  // rank 0 owns the run directory
   if (lead) {
     make_dirs(o.out_dir);
@@ -318,13 +338,28 @@ int train_run(const TrainOptions& o) {
       fail("[train] --resume ", o.out_dir, ": no checkpoint yet (", o.out_dir, "/checkpoint is missing)");
     cfg = run_config_load(dir);
   }
+  TokenShard train = shard_read(data_dir + "/train.bin");
+  TokenShard val = shard_read(data_dir + "/val.bin");
+  const RunData data = run_data_of(data_dir, std::max(train.vocab_size, val.vocab_size));
+  if (o.resume) {  // the same vocabulary and tokenizer as the data the run was trained on
+    RunData trained;  // a run without data.json: its copy of the data's tokenizer.json (if any) is the record
+    if (recorded)
+      trained = *recorded;
+    else if (path_exists(o.out_dir + "/tokenizer.json"))
+      trained.tokenizer_sha256 = sha256_hex(read_file(o.out_dir + "/tokenizer.json"));
+    run_data_check(trained, data, o.out_dir);
+  } else if (o.vocab_from_data) {
+    cfg.model.vocab_size = int(std::min<int64_t>(data.vocab_size, INT32_MAX));  // --set vocab_size=N still wins
+  }
   for (const auto& s : o.sets) config_set(cfg, s);
   config_validate(cfg);
   const ModelConfig& mc = cfg.model;
   const TrainConfig& tc = cfg.train;
 
-  TokenShard train = shard_read(o.data_dir + "/train.bin");
-  TokenShard val = shard_read(o.data_dir + "/val.bin");
+  if (data.vocab_size > mc.vocab_size)
+    fail("[train] vocab_size = ", mc.vocab_size, " is smaller than the vocabulary of ", data_dir, " (", data.vocab_size,
+         ", from its ", data.vocab_from, "): the model needs a row for every token id; set vocab_size >= ",
+         data.vocab_size, " or leave it unset to take the data's");
   for (const TokenShard* s : {&train, &val})
     if (int64_t(s->vocab_size) > mc.vocab_size)
       fail("[train] ", s->path, " has vocabulary ", s->vocab_size, " but the model's vocab_size is ", mc.vocab_size,
@@ -377,9 +412,11 @@ int train_run(const TrainOptions& o) {
     write_file_atomic(o.out_dir + "/metrics.jsonl", "");
     write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
     // The run directory is self-contained (HF layout): the data's tokenizer goes with the model.
-    if (file_exists(o.data_dir + "/tokenizer.json"))
-      write_file_atomic(o.out_dir + "/tokenizer.json", read_file(o.data_dir + "/tokenizer.json"));
+    if (file_exists(data_dir + "/tokenizer.json"))
+      write_file_atomic(o.out_dir + "/tokenizer.json", read_file(data_dir + "/tokenizer.json"));
   }
+  // Where the data is, for a --resume without --data; a resume from a moved copy records the new place.
+  if (lead && (!o.resume || !recorded || recorded->dir != data.dir)) run_data_save(o.out_dir, data);
   if (!quiet)
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
@@ -402,6 +439,7 @@ int train_run(const TrainOptions& o) {
   int steps_timed = 0, first_step = st.step;  // steps since t_log, for throughput (this process's time only)
   int exit_code = 0;
   double comm_at_log = comm.seconds;
+  double coverage_at_log = policy.coverage_seconds();
 
   StopSignals stop_signals;
   while (st.step < tc.steps) {
@@ -467,6 +505,11 @@ int train_run(const TrainOptions& o) {
         line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_timed);
         line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
       }
+      if (controller.needs_mass()) {  // policy coverage: the mass measurement's time per step and share of the step
+        const double cov_s = policy.coverage_seconds() - coverage_at_log;
+        line["coverage_ms"] = 1e3 * cov_s / std::max(1, steps_timed);
+        line["coverage_time_share"] = cov_s / std::max(1e-9, now - t_log);
+      }
       json buckets = json::object();
       for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
       line["window_fractions"] = buckets;
@@ -489,6 +532,7 @@ int train_run(const TrainOptions& o) {
       t_log = now_seconds();  // evaluation time (and work) is not training time
       macs_at_log = model.counters.macs;
       comm_at_log = comm.seconds;
+      coverage_at_log = policy.coverage_seconds();
       steps_timed = 0;
       st.log_loss_sum = 0, st.log_loss_count = 0, st.log_steps = 0, st.log_macs = 0;
     }

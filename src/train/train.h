@@ -6,6 +6,8 @@
 //   training_state.safetensors  AdamW moments, step, RNG, tokens seen, loss EMA (to resume bit-identically)
 //   controller_state.safetensors  the AAH controller per layer (scorers, EMAs, topology, windows) + diagnostics
 //   tokenizer.json              the data's tokenizer, when it has one
+//   data.json                   where the data is, its vocabulary and tokenizer SHA-256 (run_data.h): --resume
+//                               without --data uses it; a given --data must have the same vocabulary and tokenizer
 //   metrics.jsonl               one JSON object per log interval, and events (nonfinite, loss_spike)
 //
 // The four checkpoint files are links into RUN/checkpoint -> ckpt-<step>/, which is switched with one rename(2):
@@ -22,10 +24,13 @@
 namespace aah {
 
 struct TrainOptions {
-  std::string data_dir;  // holds train.bin and val.bin
+  std::string data_dir;  // holds train.bin and val.bin; may be empty with resume (the run's data.json says where)
   std::string out_dir;   // run directory
   Config config;         // ignored with resume (the run's config.json is used, then `sets` on top)
   std::vector<std::string> sets;
+  // A new run's vocab_size starts as the data's vocabulary (its tokenizer's, see run_data.h), then `sets` apply:
+  // `aah train` sets this unless --config gives vocab_size.
+  bool vocab_from_data = false;
   bool resume = false;
   bool force = false;  // overwrite an existing run directory
   bool quiet = false;  // no progress lines
