@@ -1,4 +1,5 @@
 // aah train, aah eval.
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,17 @@ int run_eval(const EvalRunOptions& o, bool json, bool vs_full) {
     if (vs_full)
       std::printf("full attention: val_loss %.4f; change under %s: %+.4f\n", r["full_val_loss"].get<double>(),
                   r["regime"].get<std::string>().c_str(), r["delta_val_loss_vs_full"].get<double>());
+    if (r.contains("retrieval")) {  // synth data: accuracy of the value after ASK k, by DEF-ASK distance
+      auto pct = [](const nlohmann::json& x) {
+        return x.is_null() ? std::string("-") : str_cat(std::round(x.get<double>() * 1000) / 10, "%");
+      };
+      const nlohmann::json& rt = r["retrieval"];
+      std::string line = str_cat("retrieval accuracy ", pct(rt["accuracy"]), " of ", rt["n"].dump(), " questions;");
+      for (auto& b : rt["buckets"])
+        line += str_cat(" [", b["lo"].dump(), ", ", b["hi"].is_null() ? "inf" : b["hi"].dump(), "): ",
+                        pct(b["accuracy"]), " of ", b["n"].dump());
+      std::printf("%s\n", line.c_str());
+    }
   }
   return 0;
 }
@@ -87,9 +99,13 @@ void add_train_commands(CLI::App& app, int& rc) {
   eval->add_option("--data", eo.data, "Data directory with val.bin");
   eval->add_option("--text", eo.text, "Or: any UTF-8 text file, tokenized with the run's tokenizer.json");
   eval->add_option("--set", eo.sets, "Override a key, e.g. --set train.eval_windows=64 or aah.regime=full_adaptive");
+  eval->add_option("--position-bucket", eo.position_bucket,
+                   "Tokens per bucket of loss_by_position (the validation loss by position in the context)")
+      ->default_val(64);
   eval->add_flag("--json", json,
                  "Print one JSON object: val_loss, val_ppl, inference_acr, window_fractions, pair_ratio, "
-                 "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, ...");
+                 "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, loss_by_position, retrieval (synth "
+                 "data), ...");
   eval->add_flag("--vs-full", vs_full,
                  "Also evaluate with every window full and report the loss change the regime makes "
                  "(full_val_loss, delta_val_loss_vs_full)");

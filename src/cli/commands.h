@@ -9,4 +9,5 @@ void add_train_commands(CLI::App& app, int& rc);  // train, eval                
 void add_bench_commands(CLI::App& app, int& rc);  // bench train|attention|...     (cmd_bench.cpp)
 void add_generate_commands(CLI::App& app, int& rc);  // generate                    (cmd_generate.cpp)
 void add_suite_commands(CLI::App& app, int& rc);  // suite, report                 (cmd_suite.cpp)
+void add_probe_commands(CLI::App& app, int& rc);  // probe heads                   (cmd_probe.cpp)
 }  // namespace aah

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       "  aah data synth --out data/synth             # built-in corpus with long-range recall\n"
       "  aah train --data data/synth --out runs/a    # train (every key: aah --help-config)\n"
       "  aah eval --run runs/a --data data/synth     # validation loss and perplexity\n"
+      "  aah probe heads --run runs/a --data data/synth   # which heads retrieve (synth data)\n"
       "  aah suite --preset cpu-small --out runs/cpu-small   # the five main regimes side by side + report\n"
       "  aah bench train                             # training speed of the bench-c reference config\n"};
   app.set_help_all_flag("--help-all", "Help for every command");
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   aah::add_bench_commands(app, rc);
   aah::add_generate_commands(app, rc);
   aah::add_suite_commands(app, rc);
+  aah::add_probe_commands(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,6 +19,7 @@ EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, in
   std::vector<int32_t> inp(size_t(batch_size) * context), tgt(size_t(batch_size) * context);
   double sum = 0;
   int done = 0;
+  r.position_loss_sum.assign(size_t(context), 0.0);
   for (int w0 = 0; w0 < windows; w0 += batch_size) {
     if ((w0 / batch_size) % parts != part) continue;
     const int B = std::min(batch_size, windows - w0);
@@ -30,6 +31,9 @@ EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, in
     }
     if (around_batch) around_batch(w0 / batch_size, B, true);
     sum += model.forward(inp.data(), tgt.data(), B, context) * B * context;
+    const float* losses = model.acts().losses;  // (B, T)
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < context; t++) r.position_loss_sum[size_t(t)] += losses[int64_t(b) * context + t];
     if (around_batch) around_batch(w0 / batch_size, B, false);
   }
   r.windows = done;

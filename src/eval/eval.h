@@ -17,6 +17,7 @@ struct EvalResult {
   int64_t tokens = 0;
   double seconds = 0;
   double tokens_per_s = 0;
+  std::vector<double> position_loss_sum;  // (T) loss at position t (predicting token t+1), summed over the windows
 };
 
 // Runs in micro-batches of up to model's max batch; context T must not exceed the model's max T.

@@ -8,9 +8,11 @@
 #include "core/check.h"
 #include "core/sys.h"
 #include "eval/eval.h"
+#include "eval/retrieval.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/shard.h"
+#include "io/synth.h"
 #include "io/tokenizer.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -18,10 +20,40 @@
 
 namespace aah {
 
+namespace {
+
+// A Hugging Face directory's config.json has no train block: without --set train.context=N it is evaluated at the
+// model's max_position_embeddings, capped at kHfContextCap and halved while a micro-batch's activations would take
+// more than half of the available memory. Returns 0 when the directory's config (or --set) gives the context.
+constexpr int kHfContextCap = 8192;
+int hf_context(const std::string& run, const nlohmann::json& raw, const Config& cfg,
+               const std::vector<std::string>& sets) {
+  if (raw.contains("train") && raw["train"].is_object() && raw["train"].contains("context")) return 0;
+  for (auto& s : sets)
+    if (s.rfind("train.context=", 0) == 0) return 0;
+  const auto mpe = raw.find("max_position_embeddings");
+  if (mpe == raw.end() || !mpe->is_number_integer() || mpe->get<int64_t>() < 1) return 0;
+  const int64_t limit = mpe->get<int64_t>();
+  int T = int(std::min<int64_t>(limit, kHfContextCap));
+  const size_t budget = available_memory_bytes() / 2;
+  while (T > 256 && Model<float>::estimate_bytes(cfg.model, cfg.train.batch_size, T, false) > budget) T /= 2;
+  std::fprintf(stderr,
+               "[eval] %s/config.json has no train.context: evaluating at context %d (max_position_embeddings %lld, "
+               "capped at %d and so that a micro-batch of %d fits in half the available memory, %.0f MB; "
+               "--set train.context=N chooses)\n",
+               run.c_str(), T, (long long)limit, kHfContextCap, cfg.train.batch_size, budget / 1e6);
+  return T;
+}
+
+}  // namespace
+
 nlohmann::json eval_run(const EvalRunOptions& o) {
+  if (o.position_bucket < 1)
+    fail("[eval] --position-bucket ", o.position_bucket, ": must be a positive number of tokens");
   Config cfg = run_config_load(o.run);
   const std::string run_regime = cfg.aah.regime;
   for (auto& s : o.sets) config_set(cfg, s);
+  if (const int T = hf_context(o.run, read_json_file(o.run + "/config.json"), cfg, o.sets)) cfg.train.context = T;
   config_validate(cfg);
   if (o.data.empty() == o.text.empty()) fail("[eval] give exactly one of --data DIR or --text FILE");
   TokenShard val;
@@ -37,8 +69,8 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   }
   if (int64_t(val.vocab_size) > cfg.model.vocab_size)
     fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
-  // A text shorter than one window of context+1 tokens (a Hugging Face config.json has no train block, so the
-  // context is the default 256) is evaluated as one window of all its tokens; the windows of the regime follow.
+  // A text shorter than one window of context+1 tokens is evaluated as one window of all its tokens; the windows of
+  // the regime follow.
   if (int64_t(val.tokens.size()) < int64_t(cfg.train.context) + 1) {
     if (val.tokens.size() < 2) fail("[eval] ", val.path, " has ", val.tokens.size(), " tokens: need at least 2");
     std::fprintf(stderr, "[eval] %s has %zu tokens, fewer than train.context+1 = %d: evaluating one window of context %zu\n",
@@ -80,19 +112,26 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   double t_warm = 0;
   int64_t warm_tokens = 0;
   const uint64_t macs0 = model.counters.macs;
+  // Retrieval of the synth corpus's questions, scored after each micro-batch's forward.
+  const bool synth = !o.data.empty() && synth_is_corpus(o.data);
+  std::vector<RetrievalBucket> retrieval = retrieval_buckets();
   const EvalResult r =
-      eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int batch, int rows, bool before) {
+      eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int mb, int rows, bool before) {
         if (before) {
-          policy.begin_forward(batch * interval, decide);
+          policy.begin_forward(mb * interval, decide);
           return;
         }
         policy.end_forward();
+        if (synth) {  // eval_loss's windows: w starts at token w T, micro-batch mb holds windows mb batch ...
+          const int32_t* inputs = val.tokens.data() + int64_t(mb) * batch * T;
+          retrieval_score_forward(retrieval, model, inputs, inputs + 1, rows, T);
+        }
         for (int l = 0; l < L; l++)
           for (int w : controller.windows(l)) executions[w] += rows;
         pair_sum += controller.exact_pair_ratio(T) * rows;
         rows_sum += rows;
         full_macs += full_macs_per_row * rows;
-        if (batch == 0) t_warm = now_seconds();
+        if (mb == 0) t_warm = now_seconds();
         else warm_tokens += int64_t(rows) * T;
       });
   const double t_end = now_seconds();
@@ -105,7 +144,21 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   }
   nlohmann::json map = nlohmann::json::array();
   for (int l = 0; l < L; l++) map.push_back(controller.windows(l));
-  return {{"regime", cfg.aah.regime},
+  // Loss by position: the mean loss of positions [start, start + bucket) over the windows (the last bucket may be
+  // shorter when the bucket does not divide the context).
+  const int P = o.position_bucket;
+  nlohmann::json starts = nlohmann::json::array(), pos_loss = nlohmann::json::array(),
+                 pos_tokens = nlohmann::json::array();
+  for (int s = 0; s < T; s += P) {
+    const int e = std::min(T, s + P);
+    double sum = 0;
+    for (int t = s; t < e; t++) sum += r.position_loss_sum[size_t(t)];
+    const int64_t n = int64_t(r.windows) * (e - s);
+    starts.push_back(s);
+    pos_loss.push_back(sum / double(n));
+    pos_tokens.push_back(n);
+  }
+  nlohmann::json out = {{"regime", cfg.aah.regime},
           {"val_loss", r.loss},
           {"val_ppl", r.ppl},
           {"tokens", r.tokens},
@@ -118,7 +171,10 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
           {"tokens_per_s", warm_tokens > 0 ? warm_tokens / std::max(1e-9, t_end - t_warm) : r.tokens_per_s},
           {"peak_rss_mb", peak_rss_mb()},
           {"window_map", map},
-          {"windows_decided_at_eval", decide}};
+          {"windows_decided_at_eval", decide},
+          {"loss_by_position", {{"bucket", P}, {"start", starts}, {"loss", pos_loss}, {"tokens", pos_tokens}}}};
+  if (synth) out["retrieval"] = retrieval_json(retrieval);
+  return out;
 }
 
 }  // namespace aah

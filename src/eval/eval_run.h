@@ -13,6 +13,7 @@ struct EvalRunOptions {
   std::string data;   // DIR with val.bin, or
   std::string text;   // any UTF-8 text file, tokenized with the run's tokenizer.json
   std::vector<std::string> sets;  // --set key=value on top of the run's config
+  int position_bucket = 64;       // tokens per loss_by_position bucket
 };
 
 // Returns one JSON object:
@@ -25,6 +26,12 @@ struct EvalRunOptions {
 //   peak_rss_mb      this process's peak resident memory
 //   window_map       (L, H) windows in force at the end of the evaluation
 //   regime, windows_decided_at_eval (true when the checkpoint's cached decisions were not for this regime)
+//   loss_by_position {"bucket": P, "start": [0, P, ...], "loss": [mean nats], "tokens": [count]}: the loss at
+//                    positions t in [start, start + P) of the windows (position t predicts token t + 1)
+//   retrieval        synth data only (eval/retrieval.h): {"accuracy", "loss", "n", "buckets": [{"lo", "hi", "n",
+//                    "accuracy", "loss"}, ...]} of the value after ASK k, by DEF-ASK distance within a window
+// A Hugging Face directory (config.json without a train block) is evaluated at its max_position_embeddings, capped
+// at 8192 and by memory, unless --set train.context=N is given.
 nlohmann::json eval_run(const EvalRunOptions& opt);
 
 }  // namespace aah

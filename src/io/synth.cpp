@@ -131,4 +131,11 @@ void synth_write(const std::string& dir, const SynthOptions& o, bool force) {
   write_file_atomic(dir + "/meta.json", meta.dump(2) + "\n");
 }
 
+bool synth_is_corpus(const std::string& dir) {
+  const std::string path = dir + "/meta.json";
+  if (!path_exists(path)) return false;
+  const nlohmann::json meta = read_json_file(path);
+  return meta.is_object() && meta.value("source", nlohmann::json()) == "synth";
+}
+
 }  // namespace aah

@@ -14,6 +14,8 @@
 
 namespace aah {
 
+constexpr int32_t kSynthDoc = 0, kSynthDef = 1, kSynthAsk = 2;  // the marker ids
+
 struct SynthOptions {
   int64_t tokens = 2'000'000;  // total, train + val
   int vocab_size = 512;
@@ -35,5 +37,8 @@ nlohmann::ordered_json synth_tokenizer_json(const SynthOptions& opt);
 // Writes DIR/train.bin, DIR/val.bin, DIR/tokenizer.json and DIR/meta.json (sizes, split, distances, SHA-256 of
 // each file). Refuses to overwrite those files unless `force`.
 void synth_write(const std::string& dir, const SynthOptions& opt, bool force = false);
+// True when DIR/meta.json says the corpus is synth ("source": "synth"); false without a meta.json. An unreadable
+// or corrupt meta.json is an error naming it.
+bool synth_is_corpus(const std::string& dir);
 
 }  // namespace aah
