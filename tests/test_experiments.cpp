@@ -200,6 +200,12 @@ bool well_formed_xml(const std::string& path) {
   return rc == 0;
 }
 
+std::string full_precision_text(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+
 TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   ASSERT_TRUE(fs::exists("/usr/bin/rsvg-convert") && fs::exists("/usr/bin/xmllint"))
       << "rsvg-convert and xmllint check the figures: run scripts/setup.sh (librsvg2-bin, libxml2-utils)";
@@ -240,7 +246,9 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
         {"eval_tokens_per_s", ev["tokens_per_s"].get<double>()},  {"eval_peak_rss_mb", ev["peak_rss_mb"].get<double>()}};
     for (auto [col, v] : expect) EXPECT_NEAR(row.at(col), v, 1e-9 * std::max(1.0, std::fabs(v))) << run << " " << col;
     // The markdown tables show the same numbers, rounded, on the regime's rows.
-    const size_t train_row = md.find("\n| " + regime + " | "), eval_row = md.find("\n| " + regime + " | 1 |");
+    const size_t tables = md.find("## Training (the paper's Table 4)");
+    ASSERT_NE(tables, std::string::npos);
+    const size_t train_row = md.find("\n| " + regime + " | ", tables), eval_row = md.find("\n| " + regime + " | 1 |", tables);
     ASSERT_NE(train_row, std::string::npos) << regime;
     ASSERT_NE(eval_row, std::string::npos) << regime;
     const std::string tr = md.substr(train_row, md.find('\n', train_row + 1) - train_row);
@@ -273,7 +281,15 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
     EXPECT_TRUE(well_formed_xml(e.path().string()));
     EXPECT_TRUE(renders(e.path().string(), dir + "/render.png"));
   }
-  EXPECT_EQ(figures, 5 + int(p.regimes.size()));
+  // 5 + one window map per regime + the two headline figures + loss by position and its Δ vs full.
+  EXPECT_EQ(figures, 5 + int(p.regimes.size()) + 2 + 2);
+  // Loss by position: the report's mean per bucket (one seed) is the run's own eval.json value.
+  const std::string pos = read_file(dir + "/loss_by_position.csv");
+  const json ev_full = json::parse(read_file(dir + "/runs/full-s0/eval.json"));
+  const json& lp = ev_full["loss_by_position"];
+  ASSERT_GE(lp["start"].size(), 2u);
+  EXPECT_NE(pos.find(str_cat("\nfull,", lp["start"][1].get<int>(), ",1,", full_precision_text(lp["loss"][1].get<double>()), ",")),
+            std::string::npos) << pos;
   EXPECT_TRUE(well_formed_xml(dir + "/report.html"));
   const std::string html = read_file(dir + "/report.html");
   size_t inline_svgs = 0;
@@ -375,10 +391,10 @@ TEST(Suite, FixedWindowPairRatioAndMatching) {
   EXPECT_EQ(fixed_window_matching(8, 0.55), 3);
   EXPECT_EQ(fixed_window_matching(8, 1.0), 8);
   EXPECT_EQ(fixed_window_matching(8, 0.0), 1);
-  // T = 2048, target 0.7: w(2T - w + 1) / (T(T + 1)) = 0.7 -> w = 1853.3...; 1853 and 1854 straddle it.
+  // T = 2048, target 0.7: w(2T - w + 1) / (T(T + 1)) = 0.7 -> w^2 - 4097 w + 0.7 * 2048 * 2049 = 0 -> w = 926.5...
   const int w = fixed_window_matching(2048, 0.7);
-  EXPECT_TRUE(w == 1853 || w == 1854) << w;
-  EXPECT_LE(std::fabs(fixed_window_pair_ratio(2048, w) - 0.7), std::fabs(fixed_window_pair_ratio(2048, w == 1853 ? 1854 : 1853) - 0.7));
+  EXPECT_TRUE(w == 926 || w == 927) << w;
+  EXPECT_LE(std::fabs(fixed_window_pair_ratio(2048, w) - 0.7), std::fabs(fixed_window_pair_ratio(2048, w == 926 ? 927 : 926) - 0.7));
 }
 
 TEST(Suite, EtaFromFinishedRuns) {

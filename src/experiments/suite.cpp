@@ -257,12 +257,14 @@ int suite_run(const SuiteOptions& o) {
   for (size_t i = 0; i < runs.size(); i++) {
     Run& r = runs[i];
     if (r.regime == kFixedMatched) {
-      r.regime = resolve_matched(suite, suite_path, runs, context);
-      r.dir = o.out + "/runs/" + r.regime + "-s" + std::to_string(r.seed);
-      r.evaluated = eval_done(r.dir);
-      r.done_steps = r.evaluated ? steps : checkpoint_step(r.dir);
-      for (Run& later : runs)  // the other seeds of the matched regime
-        if (later.regime == kFixedMatched) later.regime = r.regime;
+      const std::string resolved = resolve_matched(suite, suite_path, runs, context);
+      for (Run& m : runs)  // this seed and the others of the matched regime
+        if (m.regime == kFixedMatched) {
+          m.regime = resolved;
+          m.dir = o.out + "/runs/" + resolved + "-s" + std::to_string(m.seed);
+          m.evaluated = eval_done(m.dir);
+          m.done_steps = m.evaluated ? steps : checkpoint_step(m.dir);
+        }
     }
     const std::string tag = str_cat("[", i + 1, "/", runs.size(), " ", r.regime, " s", r.seed, "]");
     if (r.evaluated) {
