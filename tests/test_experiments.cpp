@@ -445,6 +445,53 @@ TEST(Suite, FixedMatchedResolvesToFullAdaptivesPairRatio) {
   EXPECT_FALSE(fs::exists(tmp.path + "/bad"));
 }
 
+// `aah bench maps` on a hand-made suite whose cost ratios are known: a model where attention is nearly all the work
+// (width 16, 2 heads of 32, context 2048). The same full map under two regime names must time alike (ratio near 1);
+// every head at T/8 must cost about its pair ratio (0.234), far below 1. Wide bounds: this tests the timer, not speed.
+TEST(BenchMaps, SameMapTwiceIsOneAndAnEighthWindowFollowsItsPairs) {
+  const test::TempDir tmp("maps");
+  const std::string dir = tmp.path + "/suite";
+  auto add_run = [&](const std::string& regime, int window) {
+    Config cfg;
+    config_set(cfg, "aah.regime=" + regime);
+    for (const char* s : {"vocab_size=64", "hidden_size=16", "intermediate_size=32", "num_hidden_layers=1",
+                          "num_attention_heads=2", "num_key_value_heads=2", "head_dim=32", "train.context=2048",
+                          "train.batch_size=1"})
+      config_set(cfg, s);
+    const std::string rd = dir + "/runs/" + regime + "-s0";
+    make_dirs(rd);
+    write_file_atomic(rd + "/config.json", config_to_json(cfg).dump(2));
+    const json ev = {{"val_loss", 1.0},       {"val_ppl", 2.7},  {"inference_acr", 1.0}, {"pair_ratio", 1.0},
+                     {"attn_work_ratio", 1.0}, {"tokens_per_s", 1.0}, {"peak_rss_mb", 1.0},
+                     {"window_fractions", json::object()}, {"window_map", {{window, window}}}};
+    write_file_atomic(rd + "/eval.json", ev.dump());
+  };
+  add_run("full", 2048);
+  add_run("grouping_off", 2048);
+  add_run("fixed_window_256", 256);
+  const Child c = run_aah({"bench", "maps", "--suite", dir, "--json", "--budget", "20", "--rounds-min", "7"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const json t = json::parse(c.out);
+  ASSERT_EQ(t["regimes"].size(), 3u);
+  EXPECT_EQ(t["regimes"][0]["regime"], "full");
+  for (const auto& r : t["regimes"]) {
+    if (r["regime"] == "full") continue;
+    const double train = r["train_ratio"]["median"].get<double>(), eval = r["eval_ratio"]["median"].get<double>();
+    if (r["regime"] == "grouping_off") {
+      EXPECT_EQ(r["pair_ratio"].get<double>(), 1.0);
+      EXPECT_GT(train, 0.8) << c.out;
+      EXPECT_LT(train, 1.25) << c.out;
+      EXPECT_GT(eval, 0.8) << c.out;
+      EXPECT_LT(eval, 1.25) << c.out;
+    } else {
+      EXPECT_NEAR(r["pair_ratio"].get<double>(), fixed_window_pair_ratio(2048, 256), 1e-12);
+      EXPECT_LT(train, 0.6) << c.out;
+      EXPECT_LT(eval, 0.6) << c.out;
+      EXPECT_GT(eval, 0.5 * fixed_window_pair_ratio(2048, 256)) << c.out;
+    }
+  }
+}
+
 TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
   const test::TempDir tmp("resume");
   const std::string dir = tmp.path + "/suite";
