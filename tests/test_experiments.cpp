@@ -69,7 +69,10 @@ TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
     EXPECT_EQ(p.regimes.front(), "full") << name << ": full attention is the reference of the paired differences";
     for (const auto& r : p.regimes) {
       Config cfg;
-      config_set(cfg, "aah.regime=" + r);
+      // The matched baselines become a fixed window or a coverage budget while the suite runs (suite.h).
+      config_set(cfg, "aah.regime=" + (r == "fixed_matched"      ? std::string("fixed_window_1")
+                                       : r == "coverage_matched" ? std::string("coverage_budget_500")
+                                                                 : r));
       for (const auto& s : p.sets) config_set(cfg, s);
       EXPECT_NO_THROW(config_validate(cfg)) << name << " " << r;
       EXPECT_NO_THROW(controller_config_of(cfg)) << name << " " << r;
@@ -397,6 +400,17 @@ TEST(Suite, FixedWindowPairRatioAndMatching) {
   EXPECT_LE(std::fabs(fixed_window_pair_ratio(2048, w) - 0.7), std::fabs(fixed_window_pair_ratio(2048, w == 926 ? 927 : 926) - 0.7));
 }
 
+TEST(Suite, CoverageBudgetRegimeSetsThePairBudgetInThousandths) {
+  Config cfg;
+  config_set(cfg, "aah.regime=coverage_budget_526");
+  const ControllerConfig cc = controller_config_of(cfg);
+  EXPECT_EQ(cc.policy, WindowPolicy::coverage);
+  EXPECT_DOUBLE_EQ(cc.pair_budget, 0.526);
+  Config too_big;
+  config_set(too_big, "aah.regime=coverage_budget_1500");
+  EXPECT_NE(test::error_of([&] { controller_config_of(too_big); }).find("aah.pair_budget"), std::string::npos);
+}
+
 TEST(Suite, EtaFromFinishedRuns) {
   SuiteEta e;
   e.runs_left = 4, e.tail_s = 60;
@@ -413,7 +427,7 @@ TEST(Suite, FixedMatchedResolvesToFullAdaptivesPairRatio) {
   const test::TempDir tmp("matched");
   const std::string dir = tmp.path + "/suite";
   const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--seeds", "0,1", "--regimes",
-                                         "full_adaptive,fixed_matched", "--set", "train.steps=20",
+                                         "full_adaptive,fixed_matched,coverage_matched", "--set", "train.steps=20",
                                          "--set", "train.eval_interval=10", "--timing-budget", "0"};
   const Child c = run_aah(args);
   ASSERT_EQ(c.rc, 0) << c.err;
@@ -436,10 +450,21 @@ TEST(Suite, FixedMatchedResolvesToFullAdaptivesPairRatio) {
   const Child again = run_aah(args);
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_EQ(json::parse(read_file(dir + "/suite.json"))["matched"], suite["matched"]);
-  EXPECT_NE(again.err.find("[4/4 fixed_window_" + std::to_string(w) + " s1] finished earlier: skipped"), std::string::npos)
+  EXPECT_NE(again.err.find("[4/6 fixed_window_" + std::to_string(w) + " s1] finished earlier: skipped"), std::string::npos)
       << again.err;
+  // coverage_matched: the coverage policy under the pair budget of the same target, in thousandths.
+  const json& cm = suite["matched"]["coverage_matched"];
+  const int budget = int(std::lround(1000 * target));
+  EXPECT_EQ(cm["regime"], "coverage_budget_" + std::to_string(budget));
+  for (const char* seed : {"0", "1"}) {
+    const std::string rd = dir + "/runs/coverage_budget_" + std::to_string(budget) + "-s" + seed;
+    ASSERT_TRUE(fs::exists(rd + "/eval.json")) << rd;
+    const json cfg = json::parse(read_file(rd + "/config.json"));
+    EXPECT_DOUBLE_EQ(cfg["aah"]["pair_budget"].get<double>(), budget / 1000.0) << cfg.dump();
+    EXPECT_EQ(cfg["aah"]["policy"], "coverage") << cfg.dump();
+  }
   // fixed_matched without full_adaptive before it is refused before anything runs.
-  const Child bad = run_aah({"suite", "--preset", "smoke", "--out", tmp.path + "/bad", "--regimes", "fixed_matched,full_adaptive"});
+  const Child bad = run_aah({"suite", "--preset", "smoke", "--out", tmp.path + "/bad", "--regimes", "coverage_matched,full_adaptive"});
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("needs full_adaptive before it"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(tmp.path + "/bad"));

@@ -81,6 +81,8 @@ const std::vector<Regime> kMainRegimes = {
      "level-0 partition cached at the first update at or after aah.reuse_cache_step, upper levels recomputed"},
     {"coverage", {{"policy", "coverage"}},
      "need-aware (spec section 10, not the paper's): the smallest window holding aah.coverage of the attention mass"},
+    {"coverage_budget_P", {{"policy", "coverage"}, {"pair_budget", "P/1000"}},
+     "coverage under the pair budget aah.pair_budget = P / 1000 (e.g. coverage_budget_526: pair ratio <= 0.526)"},
 };
 
 // One change each; alone they apply on top of full_adaptive, after a main regime joined by '+' on top of it.
@@ -143,7 +145,12 @@ void set_knob(ControllerConfig& c, const std::string& knob, const std::string& t
 }
 
 void apply_regime_row(ControllerConfig& c, const Regime& r, const std::pair<std::string, std::string>& number) {
-  for (const auto& [knob, value] : r.sets) set_knob(c, knob, value == number.first ? number.second : value);
+  for (const auto& [knob, value] : r.sets) {
+    std::string v = value;
+    if (value == number.first) v = number.second;
+    if (value == number.first + "/1000") v = std::to_string(std::stoi(number.second) / 1000.0);  // thousandths
+    set_knob(c, knob, v);
+  }
 }
 
 void reset_regime_knobs(ControllerConfig& c) {

@@ -28,9 +28,11 @@ namespace {
 
 using json = nlohmann::json;
 
-// The preset regime that stands for a fixed window matched to kMatchedTo's pair ratio (resolved while running).
+// The preset regimes that stand for a baseline matched to kMatchedTo's pair ratio (resolved while running).
 constexpr const char* kFixedMatched = "fixed_matched";
+constexpr const char* kCoverageMatched = "coverage_matched";
 constexpr const char* kMatchedTo = "full_adaptive";
+bool is_matched(const std::string& regime) { return regime == kFixedMatched || regime == kCoverageMatched; }
 
 std::string self_exe() {
   char buf[4096];
@@ -100,30 +102,40 @@ double final_pair_ratio(const std::string& dir) {
   return j["pair_ratio"].get<double>();
 }
 
-// Resolves the preset's "fixed_matched" to fixed_window_W, W matched to the mean final pair ratio of the suite's
-// full_adaptive runs (all seeds, finished). Recorded in suite.json: later reruns and added seeds use the same W.
-std::string resolve_matched(json& suite, const std::string& suite_path, const std::vector<Run>& runs, int T) {
-  if (suite.contains("matched") && suite["matched"].contains(kFixedMatched))
-    return suite["matched"][kFixedMatched]["regime"].get<std::string>();
+// Resolves a matched baseline (is_matched) from the mean final pair ratio of the suite's full_adaptive runs (all
+// seeds, finished): "fixed_matched" -> fixed_window_W, W the fixed window of the closest pair ratio;
+// "coverage_matched" -> coverage_budget_P, the coverage policy under the pair budget P / 1000 (spec section 10).
+// Recorded in suite.json: later reruns and added seeds use the same regime.
+std::string resolve_matched(const std::string& name, json& suite, const std::string& suite_path,
+                            const std::vector<Run>& runs, int T) {
+  if (suite.contains("matched") && suite["matched"].contains(name))
+    return suite["matched"][name]["regime"].get<std::string>();
   std::vector<double> ratios;
   json from = json::array();
   for (const Run& r : runs)
     if (r.regime == kMatchedTo) {
-      if (!eval_done(r.dir)) fail("[suite] ", r.dir, ": ", kFixedMatched, " needs every ", kMatchedTo, " run finished first");
+      if (!eval_done(r.dir)) fail("[suite] ", r.dir, ": ", name, " needs every ", kMatchedTo, " run finished first");
       ratios.push_back(final_pair_ratio(r.dir));
       from.push_back(r.dir.substr(r.dir.rfind('/') + 1));
     }
   double target = 0;
   for (double v : ratios) target += v / double(ratios.size());
-  const int w = fixed_window_matching(T, target);
-  const std::string regime = "fixed_window_" + std::to_string(w);
-  suite["matched"][kFixedMatched] = {{"regime", regime},       {"window", w},
-                                     {"target_pair_ratio", target}, {"pair_ratio", fixed_window_pair_ratio(T, w)},
-                                     {"matched_to", kMatchedTo}, {"from", from}};
+  json m = {{"target_pair_ratio", target}, {"matched_to", kMatchedTo}, {"from", from}};
+  if (name == kFixedMatched) {
+    const int w = fixed_window_matching(T, target);
+    m["regime"] = "fixed_window_" + std::to_string(w);
+    m["window"] = w;
+    m["pair_ratio"] = fixed_window_pair_ratio(T, w);
+  } else {
+    const int budget = std::max(1, int(std::lround(1000 * target)));  // thousandths
+    m["regime"] = "coverage_budget_" + std::to_string(budget);
+    m["pair_budget"] = budget / 1000.0;
+  }
+  suite["matched"][name] = m;
   write_file_atomic(suite_path, suite.dump(2) + "\n");
-  std::fprintf(stderr, "[suite] %s: fixed window %d (pair ratio %.4f) matches %s's mean final pair ratio %.4f\n",
-               kFixedMatched, w, fixed_window_pair_ratio(T, w), kMatchedTo, target);
-  return regime;
+  std::fprintf(stderr, "[suite] %s: %s matches %s's mean final pair ratio %.4f\n", name.c_str(),
+               m["regime"].get<std::string>().c_str(), kMatchedTo, target);
+  return m["regime"].get<std::string>();
 }
 
 // The finished runs' directory names (those with eval.json), sorted.
@@ -196,11 +208,11 @@ int suite_run(const SuiteOptions& o) {
   // Check every configuration before running anything: a typo fails now, not after an hour.
   int steps = 0, context = 0;
   for (const auto& regime : p.regimes) {
-    const bool matched = regime == kFixedMatched;
+    const bool matched = is_matched(regime);
     if (matched && std::find(p.regimes.begin(), p.regimes.end(), kMatchedTo) >= std::find(p.regimes.begin(), p.regimes.end(), regime))
-      fail("[suite] regime ", kFixedMatched, " needs ", kMatchedTo, " before it in the regime list");
+      fail("[suite] regime ", regime, " needs ", kMatchedTo, " before it in the regime list");
     Config cfg;
-    config_set(cfg, "aah.regime=" + (matched ? std::string("fixed_window_1") : regime));
+    config_set(cfg, "aah.regime=" + (!matched ? regime : regime == kFixedMatched ? "fixed_window_1" : "coverage_budget_500"));
     for (const auto& s : sets) config_set(cfg, s);
     config_validate(cfg);
     controller_config_of(cfg);
@@ -237,11 +249,11 @@ int suite_run(const SuiteOptions& o) {
     for (int seed : p.seeds) {
       Run r;
       r.regime = regime, r.seed = seed, r.steps = steps;
-      if (regime == kFixedMatched && suite.contains("matched") && suite["matched"].contains(kFixedMatched))
-        r.regime = suite["matched"][kFixedMatched]["regime"].get<std::string>();
+      if (is_matched(regime) && suite.contains("matched") && suite["matched"].contains(regime))
+        r.regime = suite["matched"][regime]["regime"].get<std::string>();
       r.dir = o.out + "/runs/" + r.regime + "-s" + std::to_string(seed);
-      r.evaluated = r.regime != kFixedMatched && eval_done(r.dir);
-      r.done_steps = r.evaluated ? steps : r.regime != kFixedMatched ? checkpoint_step(r.dir) : 0;
+      r.evaluated = !is_matched(r.regime) && eval_done(r.dir);
+      r.done_steps = r.evaluated ? steps : !is_matched(r.regime) ? checkpoint_step(r.dir) : 0;
       total_steps += steps;
       left_steps += steps - r.done_steps;
       runs.push_back(r);
@@ -256,10 +268,11 @@ int suite_run(const SuiteOptions& o) {
   for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : 1;
   for (size_t i = 0; i < runs.size(); i++) {
     Run& r = runs[i];
-    if (r.regime == kFixedMatched) {
-      const std::string resolved = resolve_matched(suite, suite_path, runs, context);
+    if (is_matched(r.regime)) {
+      const std::string name = r.regime;
+      const std::string resolved = resolve_matched(name, suite, suite_path, runs, context);
       for (Run& m : runs)  // this seed and the others of the matched regime
-        if (m.regime == kFixedMatched) {
+        if (m.regime == name) {
           m.regime = resolved;
           m.dir = o.out + "/runs/" + resolved + "-s" + std::to_string(m.seed);
           m.evaluated = eval_done(m.dir);
