@@ -462,11 +462,12 @@ TEST(Robustness, AWindowBeyondTheContextIsRefusedAndShortTextsStillEvaluate) {
   // Evaluation of a text shorter than the context (7 tokens -> context 6): a fixed window of 24 becomes the whole
   // text, so it equals a fixed window of 6 (and full attention); explicit windows end at the text's length.
   const std::string text = d.file("short.txt", "<doc> k1 k2 <ask> k1 w3 w4");
-  auto eval = [&](const std::string& sets) {
-    const Result e = sh("$AAH eval --run " + f.run + " --text " + text + " --json " + sets + " 2>/dev/null");
+  auto eval_of = [&](const std::string& run, const std::string& sets) {
+    const Result e = sh("$AAH eval --run " + run + " --text " + text + " --json " + sets + " 2>/dev/null");
     EXPECT_EQ(e.rc, 0) << e.out;
     return nlohmann::json::parse(e.out.substr(e.out.find('{')));
   };
+  auto eval = [&](const std::string& sets) { return eval_of(f.run, sets); };
   const nlohmann::json w24 = eval("--set aah.regime=fixed_window_24"), w6 = eval("--set aah.regime=fixed_window_6");
   EXPECT_EQ(w24["context"], 6);
   EXPECT_EQ(w24["window_map"], nlohmann::json::parse("[[6, 6]]"));
@@ -475,6 +476,17 @@ TEST(Robustness, AWindowBeyondTheContextIsRefusedAndShortTextsStillEvaluate) {
   const nlohmann::json adaptive = eval("--set aah.regime=full_adaptive --set aah.windows=[4,16,32]");
   EXPECT_EQ(adaptive["context"], 6);
   for (auto& [w, frac] : adaptive["window_fractions"].items()) EXPECT_TRUE(w == "4" || w == "6") << w;
+  // A trained run under its own regime: its controller state is restored in its own context's terms (candidate
+  // windows up to 32) and its windows run clamped to the text; fixed window 32 on 6 tokens is full attention.
+  const nlohmann::json own = eval_of(d.path + "/w32", ""), as_full = eval_of(d.path + "/w32", "--set aah.regime=full");
+  EXPECT_EQ(own["context"], 6);
+  EXPECT_EQ(own["windows_decided_at_eval"], false);
+  EXPECT_EQ(own["window_map"], nlohmann::json::parse("[[6, 6]]"));
+  EXPECT_EQ(own["val_loss"], as_full["val_loss"]);
+  const nlohmann::json own_adaptive = eval("");
+  EXPECT_EQ(own_adaptive["windows_decided_at_eval"], false);
+  for (const auto& row : own_adaptive["window_map"])
+    for (const auto& w : row) EXPECT_LE(w.get<int>(), 6) << own_adaptive.dump();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "core/check.h"
 #include "core/sys.h"
@@ -71,6 +72,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
     fail("[eval] ", val.path, " has vocabulary ", val.vocab_size, " but the model's is ", cfg.model.vocab_size);
   // A text shorter than one window of context+1 tokens is evaluated as one window of all its tokens; the windows of
   // the regime follow.
+  const Config run_cfg = cfg;  // at the run's context: what its controller state was saved under
   if (int64_t(val.tokens.size()) < int64_t(cfg.train.context) + 1) {
     if (val.tokens.size() < 2) fail("[eval] ", val.path, " has ", val.tokens.size(), " tokens: need at least 2");
     std::fprintf(stderr, "[eval] %s has %zu tokens, fewer than train.context+1 = %d: evaluating one window of context %zu\n",
@@ -88,22 +90,21 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
   // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
   // during evaluation: every evaluation batch is a control update, starting from full windows.
-  WindowPolicyRunner policy(cfg, model);
   const std::string state = o.run + "/controller_state.safetensors";
-  bool decide = true;
   // A run's state that is there but unreadable (a dangling link, no permission, corrupt) is an error, never a
   // silent re-decision of the windows; so is a trained run evaluated under its own regime without one.
   const bool state_present = std::filesystem::exists(std::filesystem::symlink_status(state));
   if (!state_present && dir_kind(o.run) == DirKind::run && cfg.aah.regime == run_regime)
     fail("[eval] ", state, " is missing: the run's windows cannot be restored (--set aah.regime=NAME evaluates ",
          "the model under a controller that decides its own windows)");
-  if (state_present) {
-    SafetensorsReader reader(state);
-    if (reader.metadata().count("regime") && reader.metadata().at("regime") == cfg.aah.regime) {
-      policy.load(reader);
-      decide = false;
-    }
-  }
+  std::optional<SafetensorsReader> reader;
+  if (state_present) reader.emplace(state);
+  const bool restore = reader && reader->metadata().count("regime") && reader->metadata().at("regime") == cfg.aah.regime;
+  // The run's own windows are restored in the terms of its own context (its candidate windows); a shorter text runs
+  // them clamped to its context (a window >= T is full attention there).
+  WindowPolicyRunner policy(restore ? run_cfg : cfg, model);
+  if (restore) policy.load(*reader);
+  const bool decide = !restore;
   const Controller& controller = policy.controller();
   const int interval = controller.config().control_interval;
   const double full_macs_per_row = double(full_window_attention_macs(cfg.model, T, model.attn_impl, false)) * L;
@@ -119,6 +120,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
       eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int mb, int rows, bool before) {
         if (before) {
           policy.begin_forward(mb * interval, decide);
+          for (int& w : model.windows()) w = std::min(w, T);
           return;
         }
         policy.end_forward();
@@ -127,7 +129,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
           retrieval_score_forward(retrieval, model, inputs, inputs + 1, rows, T);
         }
         for (int l = 0; l < L; l++)
-          for (int w : controller.windows(l)) executions[w] += rows;
+          for (int w : controller.windows(l)) executions[std::min(w, T)] += rows;
         pair_sum += controller.exact_pair_ratio(T) * rows;
         rows_sum += rows;
         full_macs += full_macs_per_row * rows;
@@ -143,7 +145,11 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
     acr += n / total * double(w) / T;
   }
   nlohmann::json map = nlohmann::json::array();
-  for (int l = 0; l < L; l++) map.push_back(controller.windows(l));
+  for (int l = 0; l < L; l++) {
+    std::vector<int> row = controller.windows(l);
+    for (int& w : row) w = std::min(w, T);
+    map.push_back(row);
+  }
   // Loss by position: the mean loss of positions [start, start + bucket) over the windows (the last bucket may be
   // shorter when the bucket does not divide the context).
   const int P = o.position_bucket;
