@@ -30,7 +30,7 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.parent_clamp", &c.parent_clamp, {}, "child window index <= parent's"},
       {"aah.topology", enum_ref(&c.topology, kTopologyModeNames), {}, "how the hierarchy's topology evolves over updates"},
       {"aah.policy", enum_ref(&c.policy, kWindowPolicyNames), {}, "where the windows come from"},
-      {"aah.fixed_window", &c.fixed_window, {}, "window of policy fixed (>= 1 there)"},
+      {"aah.fixed_window", &c.fixed_window, {}, "window of policy fixed (1 <= W <= train.context there)"},
       {"aah.shuffle_post_select", &c.shuffle_post_select, {}, "permute final windows across heads at each update (diagnostic)"},
       {"aah.freeze_after_warmup", &c.freeze_after_warmup, {}, "no control updates after train.warmup_steps"},
       {"aah.ramp_steps", &c.ramp_steps, at_least(0), "post-warmup ramp length from full windows to the choice (0: off)"},
