@@ -123,11 +123,15 @@ TEST(Measure, BudgetAndMaximumStopTheRounds) {
   EXPECT_GE(r.rounds, 2);
   EXPECT_LE(r.rounds, 12) << "a budget of 0.1 s for about 10 ms a round";
   EXPECT_FALSE(r.settled);
+  // A workload of 1, 2, 3 units in turn: its spread never settles under 1e-12 (an empty one could time identically
+  // each round, spread 0, and settle at 3 rounds), so only the maximum and the minimum stop it.
+  int k = 0;
+  const MeasureCase uneven("x", [&] { spin(1000 * uint64_t(1 + k++ % 3)); });
   o.budget_s = 100, o.rounds_max = 4;
-  r = measure_interleaved({{"x", [] {}}}, o);
+  r = measure_interleaved({uneven}, o);
   EXPECT_EQ(r.rounds, 4);
   o.rounds_min = 6;  // the minimum wins over a smaller maximum
-  r = measure_interleaved({{"x", [] {}}}, o);
+  r = measure_interleaved({uneven}, o);
   EXPECT_EQ(r.rounds, 6);
 }
 
