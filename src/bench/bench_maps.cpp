@@ -7,15 +7,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_train.h"
 #include "core/check.h"
-#include "core/rng.h"
 #include "core/sys.h"
 #include "experiments/report.h"
 #include "io/files.h"
 #include "kernels/attention_common.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "train/optimizer.h"
 
 namespace aah {
 
@@ -88,28 +87,18 @@ int bench_maps(const BenchOptions& o, const std::string& dir) {
     f.windows.assign(size_t(m.num_hidden_layers) * m.num_attention_heads, T);
     maps.insert(maps.begin(), f);
   }
-  Model<float> model(m, B, T);
-  model.init_weights(0);
-  AdamW opt;
-  opt.init(model);
-  Rng rng(1);
-  std::vector<int32_t> tokens(size_t(B) * T + 1);
-  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  BenchTrainer bt(cfg);  // one model for every map: they differ only in the windows in force
   std::vector<MeasureCase> cases;
   const int R = int(maps.size());
   for (const TimedMap& t : maps)  // training steps: cases 0 .. R-1
     cases.push_back({"train " + t.regime, [&, w = &t.windows] {
-                       model.windows() = *w;
-                       model.zero_grads();
-                       model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
-                       model.backward(tokens.data(), B, T);
-                       opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, cfg.train,
-                                  float(1.0 / (B * T)));
+                       bt.model.windows() = *w;
+                       bt.step();
                      }});
   for (const TimedMap& t : maps)  // evaluation batches: cases R .. 2R-1
     cases.push_back({"eval " + t.regime, [&, w = &t.windows] {
-                       model.windows() = *w;
-                       model.forward(tokens.data(), tokens.data() + 1, B, T);
+                       bt.model.windows() = *w;
+                       bt.forward();
                      }});
   MeasureOptions mo = o.measure;
   for (int i = 1; i < R; i++) mo.ratios.push_back({i, 0}), mo.ratios.push_back({R + i, R});

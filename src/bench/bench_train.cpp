@@ -35,6 +35,25 @@ MeasureCase SgemmBench::make_case() const {
           }};
 }
 
+BenchTrainer::BenchTrainer(const Config& c)
+    : cfg(c), B(c.train.batch_size), T(c.train.context), model(c.model, B, T), tokens(size_t(B) * T + 1) {
+  model.init_weights(0);
+  opt.init(model);
+  Rng rng(1);
+  for (auto& t : tokens) t = int32_t(rng.below(c.model.vocab_size));
+}
+
+void BenchTrainer::step() {
+  model.zero_grads();
+  model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
+  model.backward(tokens.data(), B, T);
+  const double norm = global_norm(model.grads_data(), model.num_params()) / (B * T);
+  opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, cfg.train,
+             float(1.0 / (B * T) / std::max(1.0, norm)));
+}
+
+void BenchTrainer::forward() { model.forward(tokens.data(), tokens.data() + 1, B, T); }
+
 ModelConfig bench_c_model() {
   ModelConfig m;
   m.hidden_size = 256;
@@ -114,13 +133,9 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
   const bool with_regime = regime != "full";
   // One model and optimizer for both configurations: they differ only in the windows in force.
-  Model<float> model(m, B, T);
-  model.init_weights(0);
-  AdamW opt;
-  opt.init(model);
-  Rng rng(1);
-  std::vector<int32_t> tokens(size_t(B) * T + 1);
-  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  BenchTrainer bt(full_cfg);
+  Model<float>& model = bt.model;
+  const std::vector<int32_t>& tokens = bt.tokens;
 
   std::optional<RegimeWarmup> warm;
   if (with_regime) warm = warm_up_regime(bench_config(regime, context, preset), model, tokens);
@@ -133,12 +148,7 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
       else
         model.set_full_windows(T);
       const double a0 = model.attention_seconds;
-      model.zero_grads();
-      model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
-      model.backward(tokens.data(), B, T);
-      const double norm = global_norm(model.grads_data(), model.num_params()) / (B * T);
-      opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, full_cfg.train,
-                 float(1.0 / (B * T) / std::max(1.0, norm)));
+      bt.step();
       attn->push_back(model.attention_seconds - a0);
     };
   };

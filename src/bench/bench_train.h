@@ -1,8 +1,13 @@
 #pragma once
 #include <string>
 
+#include <cstdint>
+#include <vector>
+
 #include "bench/measure.h"
 #include "model/config.h"
+#include "model/model.h"
+#include "train/optimizer.h"
 
 namespace aah {
 // The reference model of the benchmarks, bench-c: 4 layers, hidden 256, 8 heads x 32 (no GQA), SwiGLU 704,
@@ -17,6 +22,20 @@ ModelConfig bench_c_model();
 // context: sequence length T (default 1024); the batch is 4096 / T sequences, so tokens per step stay 4096.
 // preset: a suite preset's name: its model, context and batch instead of bench-c's (context is then ignored).
 int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024, const std::string& preset = "");
+
+// What the benches time training steps on: one model of cfg's shape with random weights (the cost does not depend
+// on them), its optimizer and a batch of random tokens. step() is one training step under the windows in force
+// (zero grads, forward, backward, clipped AdamW update); forward() an evaluation batch.
+struct BenchTrainer {
+  explicit BenchTrainer(const Config& cfg);
+  Config cfg;
+  int B, T;
+  Model<float> model;
+  AdamW opt;
+  std::vector<int32_t> tokens;  // (B T + 1)
+  void step();
+  void forward();
+};
 
 // A row-major sgemm (M, N, K), `repeats` times per run, as a measurement case: the in-process reference the
 // benches compare model FLOP rates with. The case owns its buffers.

@@ -389,12 +389,18 @@ void report_write(const std::string& dir) {
   };
   const bool have_full = std::find(regimes.begin(), regimes.end(), "full") != regimes.end();
   // Paired difference from full attention: per seed present in both.
-  auto paired = [&](const std::string& g, const Column& c) {
-    std::vector<double> d;
-    for (const RunData* r : runs_of(g))
+  // A per-run number over regime g's seeds (mean, interval) and its paired difference from full (same seeds).
+  auto over_seeds = [&](const std::string& g, const auto& value) {
+    std::vector<double> v, d;
+    for (const RunData* r : runs_of(g)) {
+      v.push_back(value(*r));
       for (const RunData* f : runs_of("full"))
-        if (f->seed == r->seed) d.push_back(value_of(*r, c) - value_of(*f, c));
-    return mean_interval(d);
+        if (f->seed == r->seed) d.push_back(value(*r) - value(*f));
+    }
+    return std::pair{mean_interval(v), mean_interval(d)};
+  };
+  auto paired = [&](const std::string& g, const Column& c) {
+    return over_seeds(g, [&](const RunData& r) { return value_of(r, c); }).second;
   };
 
   json out = {{"suite", suite}, {"runs", json::array()}, {"regimes", json::array()}, {"unfinished", unfinished}};
@@ -518,13 +524,7 @@ void report_write(const std::string& dir) {
       json jr = {{"regime", g}, {"buckets", json::array()}};
       std::string lost;
       for (const auto& [lo, hi] : retr_buckets) {
-        std::vector<double> v, dv;
-        for (const RunData* r : runs_of(g)) {
-          v.push_back(bucket_acc(*r, lo));
-          for (const RunData* f : runs_of("full"))
-            if (f->seed == r->seed) dv.push_back(bucket_acc(*r, lo) - bucket_acc(*f, lo));
-        }
-        const MeanInterval m = mean_interval(v), d = mean_interval(dv);
+        const auto [m, d] = over_seeds(g, [&, lo = lo](const RunData& r) { return bucket_acc(r, lo); });
         row.push_back(cell(m, 3));
         jr["buckets"].push_back({{"lo", lo}, {"hi", hi}, {"accuracy", interval_json(m)}, {"delta_vs_full", interval_json(d)}});
         if (g != "full" && d.n >= 2 && (d.lo > 0 || d.hi < 0))
@@ -563,13 +563,7 @@ void report_write(const std::string& dir) {
     SvgSeries a, d;
     a.name = d.name = g;
     for (size_t i = 0; i < pos_starts.size(); i++) {
-      std::vector<double> v, dv;
-      for (const RunData* r : runs_of(g)) {
-        v.push_back(pos_loss(*r, i));
-        for (const RunData* f : runs_of("full"))
-          if (f->seed == r->seed) dv.push_back(pos_loss(*r, i) - pos_loss(*f, i));
-      }
-      const MeanInterval m = mean_interval(v), dm = mean_interval(dv);
+      const auto [m, dm] = over_seeds(g, [&](const RunData& r) { return pos_loss(r, i); });
       a.x.push_back(pos_starts[i]), a.y.push_back(m.n ? m.mean : NAN);
       d.x.push_back(pos_starts[i]), d.y.push_back(dm.n ? dm.mean : NAN);
       d.y_lo.push_back(dm.n >= 2 ? dm.lo : NAN), d.y_hi.push_back(dm.n >= 2 ? dm.hi : NAN);
