@@ -70,7 +70,9 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
         m /= T;
         const double got = mass[(size_t(s) * H + h) * K + c];
         EXPECT_NEAR(got, m, 2e-5) << "s " << s << " h " << h << " W " << windows[c];
-        if (windows[c] >= T) EXPECT_EQ(got, 1.0);  // every key: exactly 1
+        if (windows[c] >= T) {
+          EXPECT_EQ(got, 1.0);  // every key: exactly 1
+        }
         spread = std::max(spread, got - mass[(size_t(s) * H + h) * K]);
       }
   EXPECT_GT(spread, 0.5);
