@@ -107,8 +107,8 @@ TEST(EvalLossByPosition, MatchesTheReferencePerTokenLosses) {
 
   // One bucket wider than the context: the whole window.
   const json one = eval_run(eval_options(d.path + "/run", d.path + "/data", 64));
-  EXPECT_EQ(one["loss_by_position"]["start"], json({0}));
-  EXPECT_EQ(one["loss_by_position"]["tokens"], json({120}));
+  EXPECT_EQ(one["loss_by_position"]["start"], json::array({0}));
+  EXPECT_EQ(one["loss_by_position"]["tokens"], json::array({120}));
   EXPECT_NEAR(one["loss_by_position"]["loss"][0].get<double>(), one["val_loss"].get<double>(), 1e-9);
 
   EXPECT_NE(error_of([&] { eval_run(eval_options(d.path + "/run", d.path + "/data", 0)); })
