@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,59 @@ TEST(CorpusSynth, TokenizerAndChecksums) {
   EXPECT_EQ(tok.encode(text), head);
   EXPECT_NE(error_of([&] { synth_write(d.path, o); }).find("already holds a corpus"), std::string::npos);
   EXPECT_NO_THROW(synth_write(d.path, o, /*force=*/true));
+}
+
+// The retrieval knobs, checked on the generated stream itself: every ASK k v answers the one DEF k v of its document
+// (unique keys), values come from the first `values` words, and distances are log-uniform: half of them lie below
+// the geometric mean sqrt(min * max) (uniform distances would put (28 - 4) / (200 - 4) = 12% there).
+TEST(CorpusSynth, UniqueKeysValuesAndLogUniformDistances) {
+  SynthOptions o;
+  o.tokens = 400'000;
+  o.vocab_size = 128;
+  o.keys = 32;
+  o.values = 16;
+  o.unique_keys = true;
+  o.doc_tokens = 2048;  // long documents: few questions fall off a document's end (that would favour short ones)
+  o.def_rate = 0.01;
+  o.min_distance = 4;
+  o.max_distance = 200;
+  o.log_distance = true;
+  const SynthCorpus c = synth_generate(o);
+  const int first_word = 3 + o.keys;
+  int64_t asks = 0, below_geo = 0, defs = 0;
+  std::map<int32_t, std::pair<size_t, int32_t>> def_of;  // key -> (position, value), this document
+  for (size_t i = 0; i + 2 < c.train.size(); i++) {
+    const int32_t t = c.train[i];
+    if (t == kSynthDoc) def_of.clear();
+    if (t == kSynthDef) {
+      const int32_t k = c.train[i + 1], v = c.train[i + 2];
+      ASSERT_EQ(def_of.count(k), 0u) << "key " << k << " defined twice in one document, at " << i;
+      ASSERT_GE(v, first_word);
+      ASSERT_LT(v, first_word + o.values);
+      def_of[k] = {i, v};
+      defs++;
+    }
+    if (t == kSynthAsk) {
+      const int32_t k = c.train[i + 1], v = c.train[i + 2];
+      ASSERT_EQ(def_of.count(k), 1u) << "ASK without its DEF at " << i;
+      EXPECT_EQ(def_of[k].second, v);
+      const int64_t dist = int64_t(i) - int64_t(def_of[k].first) - 3;  // the drawn distance (asks may queue)
+      EXPECT_GE(dist, o.min_distance);
+      EXPECT_LE(dist, o.max_distance + 30);
+      asks++;
+      below_geo += dist < 28;  // sqrt(4 * 200) = 28.3
+    }
+  }
+  ASSERT_GT(asks, 2000);
+  EXPECT_GE(defs, asks);
+  EXPECT_NEAR(double(below_geo) / double(asks), 0.497, 0.06);  // ln(28/4) / ln(201/4)
+  // Bad knobs are errors naming them.
+  SynthOptions bad = o;
+  bad.def_rate = 0;
+  EXPECT_NE(test::error_of([&] { synth_generate(bad); }).find("def_rate"), std::string::npos);
+  bad = o;
+  bad.values = 200;
+  EXPECT_NE(test::error_of([&] { synth_generate(bad); }).find("values 200"), std::string::npos);
 }
 
 TEST(CorpusCode, PythonStdlibDocuments) {

@@ -127,6 +127,19 @@ TEST(ReportReaders, HostileRunFilesAreErrorsNamingFileLineAndKey) {
   bad = e;
   bad["val_loss"] = "low";
   EXPECT_NE(error_of([&] { report_check_eval(bad, "e"); }).find("'val_loss' is missing or not a number"), std::string::npos);
+  // probe.json (aah probe heads): one entry per head of the run's model.
+  const json probe = json::parse(R"({"heads":[{"layer":0,"head":0,"def_mass":0.5,"accuracy_drop":0.25},
+                                              {"layer":0,"head":1,"def_mass":0.1,"accuracy_drop":0}]})");
+  EXPECT_NO_THROW(report_check_probe(probe, 1, 2, "p"));
+  EXPECT_NE(error_of([&] { report_check_probe(probe, 2, 2, "run/probe.json"); }).find("run/probe.json: 2 heads, but the run's model has 2 x 2"),
+            std::string::npos);
+  json badp = probe;
+  badp["heads"][1]["head"] = 2;
+  EXPECT_NE(error_of([&] { report_check_probe(badp, 1, 2, "p"); }).find("not {layer, head, def_mass, accuracy_drop}"), std::string::npos);
+  badp = probe;
+  badp["heads"][0].erase("def_mass");
+  EXPECT_NE(error_of([&] { report_check_probe(badp, 1, 2, "p"); }).find("not {layer, head"), std::string::npos);
+  EXPECT_NE(error_of([&] { report_check_probe(json::array(), 1, 2, "p"); }).find("p: not a probe"), std::string::npos);
 }
 
 // ---- end to end, through the binary
@@ -293,6 +306,28 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   ASSERT_GE(lp["start"].size(), 2u);
   EXPECT_NE(pos.find(str_cat("\nfull,", lp["start"][1].get<int>(), ",1,", full_precision_text(lp["loss"][1].get<double>()), ",")),
             std::string::npos) << pos;
+  // Heads that matter: the suite probed the full run (synth data); the report's heads are that probe's numbers, each
+  // beside every regime's final window of the same head (its eval.json window_map).
+  const json probe = json::parse(read_file(dir + "/runs/full-s0/probe.json"));
+  const json rep = json::parse(read_file(dir + "/report.json"));
+  ASSERT_EQ(rep["heads"].size(), probe["heads"].size());
+  for (const json& h : rep["heads"]) {
+    const int l = h["layer"].get<int>(), hh = h["head"].get<int>();
+    const json& ph = probe["heads"][size_t(l) * probe["heads"].size() / 2 + size_t(hh)];  // smoke: 2 layers
+    ASSERT_EQ(ph["layer"], l);
+    ASSERT_EQ(ph["head"], hh);
+    EXPECT_EQ(h["def_mass"]["mean"].get<double>(), ph["def_mass"].get<double>());
+    EXPECT_EQ(h["accuracy_drop"]["mean"].get<double>(), ph["accuracy_drop"].get<double>());
+    EXPECT_EQ(h["matters"].get<bool>(), ph["accuracy_drop"].get<double>() >= 0.10);
+    for (const auto& regime : p.regimes) {
+      if (regime == "full") continue;
+      const json ev_r = json::parse(read_file(dir + "/runs/" + regime + "-s0/eval.json"));
+      EXPECT_EQ(h["windows"][regime]["mean"].get<double>(), ev_r["window_map"][size_t(l)][size_t(hh)].get<double>());
+    }
+  }
+  for (size_t i = 1; i < rep["heads"].size(); i++)  // sorted by the drop
+    EXPECT_GE(rep["heads"][i - 1]["accuracy_drop"]["mean"].get<double>(), rep["heads"][i]["accuracy_drop"]["mean"].get<double>());
+  EXPECT_NE(md.find("## Heads that matter, and the windows they got"), std::string::npos);
   EXPECT_TRUE(well_formed_xml(dir + "/report.html"));
   const std::string html = read_file(dir + "/report.html");
   size_t inline_svgs = 0;

@@ -68,6 +68,13 @@ void add_data_commands(CLI::App& app, int& rc) {
   synth->add_option("--doc-tokens", so.doc_tokens, "Mean document length")->capture_default_str();
   synth->add_option("--min-distance", so.min_distance, "Shortest DEF-to-ASK distance")->capture_default_str();
   synth->add_option("--max-distance", so.max_distance, "Longest DEF-to-ASK distance")->capture_default_str();
+  synth->add_flag("--log-distance", so.log_distance, "Draw distances log-uniformly (as many short as long)");
+  synth->add_option("--keys", so.keys, "Distinct keys")->capture_default_str();
+  synth->add_option("--def-rate", so.def_rate, "Chance that a grammar position starts a DEF (each DEF is asked once)")
+      ->capture_default_str();
+  synth->add_option("--values", so.values, "Values drawn from the first N words (0: from all words)")
+      ->capture_default_str();
+  synth->add_flag("--unique-keys", so.unique_keys, "Define each key at most once per document (no older DEF of the same key to confuse)");
   synth->callback([&rc] {
     synth_write(out, so, force);
     std::printf("wrote %s/train.bin, val.bin, tokenizer.json, meta.json\n", out.c_str());

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "io/synth.h"
+
 namespace aah {
 
 struct SuitePreset {
@@ -11,7 +13,7 @@ struct SuitePreset {
   std::string summary;  // one line for --help and the report
   std::string data;     // "synth" or "brown"
   int data_vocab = 0;   // vocabulary of the data's tokenizer
-  int64_t synth_tokens = 0;        // synth only: corpus size
+  SynthOptions synth;              // synth only: the generator's settings (vocab_size = data_vocab)
   std::vector<std::string> sets;   // config assignments, applied in order (model, train.*, aah.* knobs)
   std::vector<std::string> regimes;  // aah.regime values; "full" is the reference of the paired differences
   std::vector<int> seeds;

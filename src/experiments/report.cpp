@@ -29,6 +29,7 @@ struct RunData {
   ControllerConfig cc;
   std::vector<json> lines;  // metrics.jsonl lines with a step (events excluded)
   json eval;                // eval.json
+  json probe;               // probe.json (`aah probe heads`, the suite writes it for full runs on synth), or null
   std::map<std::string, double> train;  // training-table numbers
 };
 
@@ -74,6 +75,10 @@ RunData read_run(const std::string& dir, const std::string& name) {
   const std::string epath = dir + "/eval.json";
   r.eval = read_json_file(epath);
   report_check_eval(r.eval, epath);
+  if (const std::string ppath = dir + "/probe.json"; file_exists(ppath)) {
+    r.probe = read_json_file(ppath);
+    report_check_probe(r.probe, r.cfg.model.num_hidden_layers, r.cfg.model.num_attention_heads, ppath);
+  }
   return r;
 }
 
@@ -304,6 +309,21 @@ void report_check_eval(const json& e, const std::string& name) {
     for (const auto& w : map[l])
       if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > INT32_MAX)
         fail("[report] ", name, ": window_map row ", l, " holds ", w.dump(), ", not a window");
+  }
+}
+
+void report_check_probe(const json& p, int layers, int heads, const std::string& name) {
+  if (!p.is_object() || !p.contains("heads") || !p["heads"].is_array())
+    fail("[report] ", name, ": not a probe (an object with a 'heads' array; aah probe heads --json)");
+  if (p["heads"].size() != size_t(layers) * size_t(heads))
+    fail("[report] ", name, ": ", p["heads"].size(), " heads, but the run's model has ", layers, " x ", heads);
+  for (const auto& h : p["heads"]) {
+    const bool ok = h.is_object() && h.contains("layer") && h["layer"].is_number_integer() && h.contains("head") &&
+                    h["head"].is_number_integer() && h.contains("def_mass") && h["def_mass"].is_number() &&
+                    h.contains("accuracy_drop") && h["accuracy_drop"].is_number();
+    if (!ok || h["layer"].get<int64_t>() < 0 || h["layer"].get<int64_t>() >= layers || h["head"].get<int64_t>() < 0 ||
+        h["head"].get<int64_t>() >= heads)
+      fail("[report] ", name, ": a head entry is not {layer, head, def_mass, accuracy_drop} of this model: ", h.dump());
   }
 }
 
@@ -539,6 +559,80 @@ void report_write(const std::string& dir) {
     }
   }
 
+  // The heads that matter (probe.json of the full runs, synth data): per head the attention mass on the DEF and the
+  // retrieval accuracy drop when that head alone is cut, over full's seeds, beside each regime's final window of
+  // that head (mean over its seeds). A head matters when its mean drop is at least kHeadMatters.
+  constexpr double kHeadMatters = 0.10;
+  Table heads_t;
+  json heads_json = json::array();
+  std::string heads_note;
+  std::vector<const RunData*> probed;
+  for (const RunData* r : runs_of("full"))
+    if (!r->probe.is_null()) probed.push_back(r);
+  if (!probed.empty()) {
+    const int L = probed[0]->cfg.model.num_hidden_layers, H = probed[0]->cfg.model.num_attention_heads;
+    const int T = probed[0]->cfg.train.context;
+    auto probe_of = [&](const RunData& r, int l, int h, const char* key) {
+      for (const auto& e : r.probe["heads"])
+        if (e["layer"].get<int>() == l && e["head"].get<int>() == h) return e[key].get<double>();
+      return double(NAN);
+    };
+    auto window_of = [&](const RunData& r, int l, int h) {
+      const json& map = r.eval["window_map"];
+      return size_t(l) < map.size() && size_t(h) < map[size_t(l)].size() ? map[size_t(l)][size_t(h)].get<double>()
+                                                                          : double(NAN);
+    };
+    struct HeadRow {
+      int l, h;
+      MeanInterval mass, drop;
+    };
+    std::vector<HeadRow> rows;
+    for (int l = 0; l < L; l++)
+      for (int h = 0; h < H; h++) {
+        std::vector<double> mass, drop;
+        for (const RunData* r : probed) mass.push_back(probe_of(*r, l, h, "def_mass")), drop.push_back(probe_of(*r, l, h, "accuracy_drop"));
+        rows.push_back({l, h, mean_interval(mass), mean_interval(drop)});
+      }
+    std::stable_sort(rows.begin(), rows.end(), [](const HeadRow& a, const HeadRow& b) { return a.drop.mean > b.drop.mean; });
+    const int cut = probed[0]->probe.value("cut_window", 0);
+    heads_t.header = {"head (layer.head)", "DEF mass", str_cat("accuracy drop, cut to ", cut)};
+    for (const auto& g : regimes)
+      if (g != "full") heads_t.header.push_back(g + " window");
+    std::vector<std::string> matter;
+    for (size_t i = 0; i < rows.size(); i++) {
+      const HeadRow& hr = rows[i];
+      const bool matters = hr.drop.mean >= kHeadMatters;
+      if (matters) matter.push_back(str_cat(hr.l, ".", hr.h));
+      json jh = {{"layer", hr.l}, {"head", hr.h}, {"def_mass", interval_json(hr.mass)},
+                 {"accuracy_drop", interval_json(hr.drop)}, {"matters", matters}, {"windows", json::object()}};
+      std::vector<std::string> row = {str_cat(hr.l, ".", hr.h, matters ? " *" : ""), cell(hr.mass, 3), cell(hr.drop, 3)};
+      for (const auto& g : regimes) {
+        if (g == "full") continue;
+        const MeanInterval w = over_seeds(g, [&](const RunData& r) { return window_of(r, hr.l, hr.h); }).first;
+        row.push_back(cell(w, 0));
+        jh["windows"][g] = interval_json(w);
+      }
+      heads_json.push_back(jh);
+      if (i < 8 || matters) heads_t.rows.push_back(row);  // the 8 that matter most, and every one that matters
+    }
+    heads_note = str_cat("Probe of the full runs (", probed.size(), " seed", probed.size() > 1 ? "s" : "",
+                         ") at full windows, context ", T, " (`aah probe heads`): DEF mass = attention probability "
+                         "from the query that predicts a question's value to its DEF k v; accuracy drop = retrieval "
+                         "accuracy with every head full minus with this head alone cut to window ", cut,
+                         ". Heads sorted by the drop; * = the head matters (mean drop >= ", fixed(kHeadMatters, 2),
+                         "). Window columns: the regime's final window of that head, mean over its seeds.");
+    if (!matter.empty() && have_full) {
+      std::string list;
+      for (const auto& m : matter) list += (list.empty() ? "" : ", ") + m;
+      summary_md += str_cat("- **Heads that matter** for retrieval (full's probe, accuracy drop >= ",
+                            fixed(kHeadMatters, 2), " when cut alone): ", list, ". Their final windows per regime are "
+                            "in the heads table.\n");
+    } else if (have_full) {
+      summary_md += str_cat("- **Heads that matter**: no single head's cut drops full's retrieval accuracy by ",
+                            fixed(kHeadMatters, 2), " or more.\n");
+    }
+  }
+
   // Loss by position in the context (eval.json's loss_by_position): mean per bucket, and the paired Δ vs full.
   std::vector<int> pos_starts;
   for (const auto& r : runs)
@@ -747,6 +841,7 @@ void report_write(const std::string& dir) {
   if (!summary_md.empty()) md += "## Summary: what survives\n\n" + seeds_line + "\n\n" + summary_md + "\n";
   if (!time_t.rows.empty()) md += "## Time side by side\n\n" + markdown(time_t) + "\n" + timing_note + "\n";
   if (!retr_t.rows.empty()) md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr_t) + "\n";
+  if (!heads_t.rows.empty()) md += "## Heads that matter, and the windows they got\n\n" + markdown(heads_t) + "\n" + heads_note + "\n\n";
   md += "## Training (the paper's Table 4)\n\n" + markdown(train_t) + "\n## Inference (the paper's Table 6)\n\n" +
         markdown(eval_t);
   if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(diff_t);
@@ -773,6 +868,8 @@ void report_write(const std::string& dir) {
   }
   if (!time_t.rows.empty()) html += "<h2>Time side by side</h2>\n" + html_table(time_t) + "<p>" + svg_escape(timing_note) + "</p>\n";
   if (!retr_t.rows.empty()) html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr_t);
+  if (!heads_t.rows.empty())
+    html += "<h2>Heads that matter, and the windows they got</h2>\n" + html_table(heads_t) + "<p>" + svg_escape(heads_note) + "</p>\n";
   html += "<h2>Training (the paper's Table 4)</h2>\n" + html_table(train_t) +
           "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
   if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(diff_t);
@@ -786,6 +883,7 @@ void report_write(const std::string& dir) {
   out["headline"] = headline;
   if (!timing.is_null()) out["timing"] = timing;
   if (!retrieval_json.empty()) out["retrieval"] = retrieval_json;
+  if (!heads_json.empty()) out["heads"] = heads_json;
   if (!pos_starts.empty()) write_file_atomic(dir + "/loss_by_position.csv", csv_pos);
   write_file_atomic(dir + "/report.md", md);
   write_file_atomic(dir + "/report.html", html);

@@ -23,6 +23,8 @@ void report_write(const std::string& dir);
 std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const std::string& name);
 // eval.json: the numbers, window_fractions (window -> fraction) and window_map (L rows of H windows >= 1).
 void report_check_eval(const nlohmann::json& eval, const std::string& name);
+// probe.json: heads [{layer, head, def_mass, accuracy_drop}], one per head of a layers x heads model.
+void report_check_probe(const nlohmann::json& probe, int layers, int heads, const std::string& name);
 
 // 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
 double t_quantile_975(int df);

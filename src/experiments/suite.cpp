@@ -78,8 +78,7 @@ void prepare_data(const SuitePreset& p, const std::string& dir) {
   if (file_exists(dir + "/train.bin") && file_exists(dir + "/val.bin")) return;
   std::fprintf(stderr, "[suite] preparing the %s corpus in %s\n", p.data.c_str(), dir.c_str());
   if (p.data == "synth") {
-    SynthOptions so;
-    so.tokens = p.synth_tokens;
+    SynthOptions so = p.synth;
     so.vocab_size = p.data_vocab;
     synth_write(dir, so, /*force=*/true);
   } else if (p.data == "brown") {
@@ -331,6 +330,21 @@ int suite_run(const SuiteOptions& o) {
     if (rc != 0 || !ev.is_object()) {
       std::fprintf(stderr, "[suite] %s: aah eval exited with %d\n", r.dir.c_str(), rc);
       return rc ? rc : 1;
+    }
+    // Which heads retrieve (synth data, full windows), for the report. Before eval.json: a rerun skips a run
+    // that has one.
+    if (r.regime == "full" && synth_is_corpus(data)) {
+      std::string probe;
+      const int prc = process_run({exe, "probe", "heads", "--run", r.dir, "--data", data, "--json"},
+                                  {.output = &probe, .on_stderr_line = say, .forward_signals = true});
+      const json pj = json::parse(probe, nullptr, false);
+      if (prc >= 128) return prc;  // interrupted: a rerun evaluates and probes again
+      if (prc == 0 && pj.is_object()) {
+        write_file_atomic(r.dir + "/probe.json", pj.dump(2) + "\n");
+      } else {  // e.g. no question fits the context: the report goes without the heads table
+        std::fprintf(stderr, "[suite] %s: aah probe heads exited with %d; the report has no heads table\n",
+                     r.dir.c_str(), prc);
+      }
     }
     write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
     // A run resumed from a checkpoint counts as the share of a run it trained here.

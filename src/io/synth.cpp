@@ -1,5 +1,8 @@
 #include "io/synth.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -16,6 +19,9 @@ SynthCorpus synth_generate(const SynthOptions& o) {
   if (o.vocab_size < first_word + 16) fail("[synth] vocab_size ", o.vocab_size, " too small for ", o.keys, " keys");
   if (o.min_distance < 1 || o.max_distance < o.min_distance || o.doc_tokens <= o.max_distance + 8)
     fail("[synth] need 1 <= min_distance <= max_distance < doc_tokens - 8");
+  if (!(o.def_rate > 0 && o.def_rate < 0.5)) fail("[synth] def_rate ", o.def_rate, " must lie in (0, 0.5)");
+  if (o.values < 0 || o.values > o.vocab_size - first_word)
+    fail("[synth] values ", o.values, " must lie in [0, ", o.vocab_size - first_word, "] (the words)");
   Rng rng(o.seed);
   const int words = o.vocab_size - first_word;
   // The grammar: each word has 4 likely successors (80% of the mass) and otherwise jumps uniformly.
@@ -36,6 +42,8 @@ SynthCorpus synth_generate(const SynthOptions& o) {
       int at, key, value;
     };
     std::vector<Pending> pending;
+    std::vector<int> unused_keys;  // unique_keys: the keys not yet defined in this document
+    for (int k = 0; k < o.keys && o.unique_keys; k++) unused_keys.push_back(k);
     int word = int(rng.below(words));
     while (int(doc.size()) < len) {
       const int pos = int(doc.size());
@@ -49,9 +57,19 @@ SynthCorpus synth_generate(const SynthOptions& o) {
           break;
         }
       if (asked) continue;
-      if (rng.uniform() < 0.01 && pos + o.min_distance + 3 < len) {
-        const int key = int(rng.below(o.keys)), value = first_word + int(rng.below(words));
-        const int dist = o.min_distance + int(rng.below(o.max_distance - o.min_distance + 1));
+      if (rng.uniform() < o.def_rate && pos + o.min_distance + 3 < len && (!o.unique_keys || !unused_keys.empty())) {
+        int key;
+        if (o.unique_keys) {
+          const size_t i = rng.below(unused_keys.size());
+          key = unused_keys[i];
+          unused_keys.erase(unused_keys.begin() + long(i));
+        } else {
+          key = int(rng.below(o.keys));
+        }
+        const int value = first_word + int(rng.below(o.values > 0 ? o.values : words));
+        const int dist = o.log_distance ? std::min(o.max_distance, int(std::exp(std::log(double(o.min_distance)) +
+                                                                                rng.uniform() * std::log((o.max_distance + 1.0) / o.min_distance))))
+                                        : o.min_distance + int(rng.below(o.max_distance - o.min_distance + 1));
         doc.insert(doc.end(), {1, 3 + key, value});
         pending.push_back({pos + 3 + dist, key, value});
         continue;
@@ -118,6 +136,10 @@ void synth_write(const std::string& dir, const SynthOptions& o, bool force) {
                          {"recalls", c.recalls},
                          {"keys", o.keys},
                          {"distance", {o.min_distance, o.max_distance}},
+                         {"distance_spread", o.log_distance ? "log-uniform" : "uniform"},
+                         {"def_rate", o.def_rate},
+                         {"values", o.values > 0 ? o.values : o.vocab_size - 3 - o.keys},
+                         {"unique_keys", o.unique_keys},
                          {"seed", o.seed},
                          {"split", "by document, about 5% validation"},
                          {"document_start", {{"token", "<doc>"}, {"id", 0}}},

@@ -23,6 +23,10 @@ struct SynthOptions {
   int keys = 64;          // distinct keys
   int min_distance = 64;  // DEF-to-ASK distance range, in tokens
   int max_distance = 1536;
+  bool log_distance = false;  // distances log-uniform in [min, max] (as many short as long); else uniform
+  double def_rate = 0.01;    // chance that a grammar position starts a definition
+  int values = 0;            // values drawn from the first `values` words; 0: from all words
+  bool unique_keys = false;  // a key is defined at most once per document (no older DEF of it to confuse)
   uint64_t seed = 0;
 };
 
