@@ -206,7 +206,7 @@ TEST(CorpusSynth, TokenizerAndChecksums) {
 }
 
 // The retrieval knobs, checked on the generated stream itself: every ASK k v answers the one DEF k v of its document
-// (unique keys), values come from the first `values` words, and distances are log-uniform: half of them lie below
+// (unique keys; consecutive documents share no key), values come from the first `values` words, and distances are log-uniform: half of them lie below
 // the geometric mean sqrt(min * max) (uniform distances would put (28 - 4) / (200 - 4) = 12% there).
 TEST(CorpusSynth, UniqueKeysValuesAndLogUniformDistances) {
   SynthOptions o;
@@ -223,13 +223,14 @@ TEST(CorpusSynth, UniqueKeysValuesAndLogUniformDistances) {
   const SynthCorpus c = synth_generate(o);
   const int first_word = 3 + o.keys;
   int64_t asks = 0, below_geo = 0, defs = 0;
-  std::map<int32_t, std::pair<size_t, int32_t>> def_of;  // key -> (position, value), this document
+  std::map<int32_t, std::pair<size_t, int32_t>> def_of, def_before;  // key -> (position, value), this document and the one before
   for (size_t i = 0; i + 2 < c.train.size(); i++) {
     const int32_t t = c.train[i];
-    if (t == kSynthDoc) def_of.clear();
+    if (t == kSynthDoc) def_before = std::move(def_of), def_of.clear();
     if (t == kSynthDef) {
       const int32_t k = c.train[i + 1], v = c.train[i + 2];
       ASSERT_EQ(def_of.count(k), 0u) << "key " << k << " defined twice in one document, at " << i;
+      ASSERT_EQ(def_before.count(k), 0u) << "key " << k << " defined in two consecutive documents, at " << i;
       ASSERT_GE(v, first_word);
       ASSERT_LT(v, first_word + o.values);
       def_of[k] = {i, v};

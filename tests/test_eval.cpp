@@ -150,7 +150,7 @@ TEST(EvalRetrieval, CountsAndBucketsHandBuiltQuestions) {
   std::vector<float> losses(T);
   for (int t = 0; t < T; t++) losses[t] = float(t) / 1000;
   auto predict = [&](int query) { return query == 111 || query == 1001 ? tokens[query + 1] : int32_t(95); };
-  std::vector<RetrievalBucket> b = retrieval_buckets();
+  std::vector<RetrievalBucket> b = retrieval_buckets({128, 512, 1024, 2048});
   retrieval_score(b, tokens.data(), tokens.data() + 1, T, predict, losses.data());
   const json j = retrieval_json(b);
   // [0,128): 110 right, 1010 wrong; [128,512): 500, 528 wrong; [512,1024): 1000 right; [1024,inf): 1120 wrong.
@@ -170,8 +170,16 @@ TEST(EvalRetrieval, CountsAndBucketsHandBuiltQuestions) {
   EXPECT_EQ(j["buckets"][0]["hi"], 128);
   EXPECT_TRUE(j["buckets"][3]["hi"].is_null());
 
+  // One bucket per candidate window: what each window up adds.
+  const std::vector<RetrievalBucket> b256 = retrieval_buckets({32, 64, 128, 256});
+  ASSERT_EQ(b256.size(), 4u);
+  EXPECT_EQ(b256[1].lo, 32);
+  EXPECT_EQ(b256[1].hi, 64);
+  EXPECT_EQ(b256[3].lo, 128);
+  EXPECT_EQ(b256[3].hi, -1);
+  EXPECT_EQ(retrieval_buckets({64}).size(), 1u);
   // No question: every bucket is still listed, with null accuracy and loss.
-  const json none = retrieval_json(retrieval_buckets());
+  const json none = retrieval_json(retrieval_buckets({128, 512, 1024, 2048}));
   EXPECT_EQ(none["n"], 0);
   EXPECT_TRUE(none["accuracy"].is_null());
   ASSERT_EQ(none["buckets"].size(), 4u);
@@ -196,6 +204,7 @@ struct ControlledSynth {
     cfg.train.context = T;
     cfg.train.batch_size = 2;
     cfg.train.eval_windows = 3;
+    config_set(cfg, "aah.windows=[128,512,1024,1100]");  // retrieval buckets [0,128) [128,512) [512,1024) [1024,inf)
     model = std::make_unique<Model<float>>(cfg.model, 2, T, false);
     model->init_weights(5);
     Params<float>& p = model->params();
@@ -325,7 +334,7 @@ TEST(ProbeHeads, ControlledModelOnAHandBuiltShard) {
   const json r = probe_heads(o);
   EXPECT_NEAR(r["accuracy_full"].get<double>(), 5.0 / 8, 1e-12);
   EXPECT_EQ(r["questions"], 8);
-  EXPECT_EQ(r["cut_window"], ControlledSynth::T / 8);
+  EXPECT_EQ(r["cut_window"], 128);  // the smallest candidate window (aah.windows of ControlledSynth)
   const int T = ControlledSynth::T, H = 2, Hkv = 1, D = 8;
   Model<double> ref(cs.cfg.model, 1, T, false);
   for (size_t i = 0; i < cs.model->num_params(); i++) ref.params_data()[i] = cs.model->params_data()[i];

@@ -115,7 +115,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   const uint64_t macs0 = model.counters.macs;
   // Retrieval of the synth corpus's questions, scored after each micro-batch's forward.
   const bool synth = !o.data.empty() && synth_is_corpus(o.data);
-  std::vector<RetrievalBucket> retrieval = retrieval_buckets();
+  std::vector<RetrievalBucket> retrieval = retrieval_buckets(controller.config().windows);
   const EvalResult r =
       eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int mb, int rows, bool before) {
         if (before) {

@@ -69,7 +69,7 @@ nlohmann::json probe_heads(const ProbeHeadsOptions& o) {
   // contiguous (stride T) in the token stream, and their targets too, one token later.
   int w0 = 0;  // the first window of the micro-batch in flight (for the mass hook)
   auto accuracy = [&]() {
-    std::vector<RetrievalBucket> b = retrieval_buckets();
+    std::vector<RetrievalBucket> b = retrieval_buckets(controller_config_of(cfg).windows);
     for (w0 = 0; w0 < windows; w0 += batch) {
       const int B = std::min(batch, windows - w0);
       const int32_t* in = val.tokens.data() + int64_t(w0) * T;

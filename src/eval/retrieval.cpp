@@ -25,8 +25,13 @@ std::vector<RetrievalQuestion> retrieval_questions(const int32_t* inputs, const 
   return qs;
 }
 
-std::vector<RetrievalBucket> retrieval_buckets() {
-  return {{.lo = 0, .hi = 128}, {.lo = 128, .hi = 512}, {.lo = 512, .hi = 1024}, {.lo = 1024, .hi = -1}};
+std::vector<RetrievalBucket> retrieval_buckets(const std::vector<int>& windows) {
+  std::vector<RetrievalBucket> b;
+  int lo = 0;
+  for (size_t i = 0; i + 1 < windows.size(); i++)
+    if (windows[i] > lo) b.push_back({.lo = lo, .hi = windows[i]}), lo = windows[i];
+  b.push_back({.lo = lo, .hi = -1});
+  return b;
 }
 
 void retrieval_add(std::vector<RetrievalBucket>& buckets, int distance, bool correct, double loss) {

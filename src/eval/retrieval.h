@@ -29,8 +29,10 @@ struct RetrievalBucket {
   double loss_sum = 0;  // nats, summed over the bucket's questions
 };
 
-// Buckets by DEF-ASK distance: [0, 128), [128, 512), [512, 1024), [1024, inf).
-std::vector<RetrievalBucket> retrieval_buckets();
+// Buckets by DEF-ASK distance, one per candidate window (ascending; the last is the context): [0, W1), [W1, W2), ...,
+// [W(K-1), inf). A head of window W sees a question's DEF about when its distance is below W, so each bucket is what
+// the next window up adds. Windows 256/512/1024/2048: [0, 256), [256, 512), [512, 1024), [1024, inf).
+std::vector<RetrievalBucket> retrieval_buckets(const std::vector<int>& windows);
 void retrieval_add(std::vector<RetrievalBucket>& buckets, int distance, bool correct, double loss);
 // Scores one window: predict(query) is the model's argmax token at position `query`, losses (T) the per-position
 // next-token losses. Adds every countable question to its bucket.

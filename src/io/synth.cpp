@@ -42,8 +42,12 @@ SynthCorpus synth_generate(const SynthOptions& o) {
       int at, key, value;
     };
     std::vector<Pending> pending;
-    std::vector<int> unused_keys;  // unique_keys: the keys not yet defined in this document
-    for (int k = 0; k < o.keys && o.unique_keys; k++) unused_keys.push_back(k);
+    std::vector<int> unused_keys;  // unique_keys: the keys this document may still define
+    // Consecutive documents draw from alternate halves of the keys: a window that spans a document boundary
+    // holds no older DEF of a key the current document asks for.
+    const int64_t nth_in_split = is_val ? c.val_documents : c.documents - c.val_documents;
+    const int half = o.keys / 2, first_key = int(nth_in_split % 2) * half;
+    for (int k = first_key; k < first_key + half && o.unique_keys; k++) unused_keys.push_back(k);
     int word = int(rng.below(words));
     while (int(doc.size()) < len) {
       const int pos = int(doc.size());

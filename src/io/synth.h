@@ -26,7 +26,8 @@ struct SynthOptions {
   bool log_distance = false;  // distances log-uniform in [min, max] (as many short as long); else uniform
   double def_rate = 0.01;    // chance that a grammar position starts a definition
   int values = 0;            // values drawn from the first `values` words; 0: from all words
-  bool unique_keys = false;  // a key is defined at most once per document (no older DEF of it to confuse)
+  bool unique_keys = false;  // a key is defined at most once per document, and consecutive documents use
+                             // alternate halves of the keys (no older DEF of an asked key in a window)
   uint64_t seed = 0;
 };
 
