@@ -559,77 +559,69 @@ void report_write(const std::string& dir) {
     }
   }
 
-  // The heads that matter (probe.json of the full runs, synth data): per head the attention mass on the DEF and the
-  // retrieval accuracy drop when that head alone is cut, over full's seeds, beside each regime's final window of
-  // that head (mean over its seeds). A head matters when its mean drop is at least kHeadMatters.
+  // The heads that matter (probe.json of a full run, synth data): per head the attention mass on the DEF and the
+  // retrieval accuracy drop when that head alone is cut, beside each regime's final window of the same (layer,
+  // head) in its run of the same seed. One seed, the lowest probed: a head index names nothing across seeds, while
+  // runs of one seed start from the same weights and see the same batches. A head matters at a drop of at least
+  // kHeadMatters.
   constexpr double kHeadMatters = 0.10;
   Table heads_t;
   json heads_json = json::array();
   std::string heads_note;
-  std::vector<const RunData*> probed;
+  const RunData* probed = nullptr;
   for (const RunData* r : runs_of("full"))
-    if (!r->probe.is_null()) probed.push_back(r);
-  if (!probed.empty()) {
-    const int L = probed[0]->cfg.model.num_hidden_layers, H = probed[0]->cfg.model.num_attention_heads;
-    const int T = probed[0]->cfg.train.context;
-    auto probe_of = [&](const RunData& r, int l, int h, const char* key) {
-      for (const auto& e : r.probe["heads"])
-        if (e["layer"].get<int>() == l && e["head"].get<int>() == h) return e[key].get<double>();
-      return double(NAN);
+    if (!r->probe.is_null() && (!probed || r->seed < probed->seed)) probed = r;
+  if (probed) {
+    const int T = probed->cfg.train.context, cut = probed->probe.value("cut_window", 0);
+    auto same_seed = [&](const std::string& g) -> const RunData* {
+      for (const RunData* r : runs_of(g))
+        if (r->seed == probed->seed) return r;
+      return nullptr;
     };
-    auto window_of = [&](const RunData& r, int l, int h) {
-      const json& map = r.eval["window_map"];
-      return size_t(l) < map.size() && size_t(h) < map[size_t(l)].size() ? map[size_t(l)][size_t(h)].get<double>()
-                                                                          : double(NAN);
-    };
-    struct HeadRow {
-      int l, h;
-      MeanInterval mass, drop;
-    };
-    std::vector<HeadRow> rows;
-    for (int l = 0; l < L; l++)
-      for (int h = 0; h < H; h++) {
-        std::vector<double> mass, drop;
-        for (const RunData* r : probed) mass.push_back(probe_of(*r, l, h, "def_mass")), drop.push_back(probe_of(*r, l, h, "accuracy_drop"));
-        rows.push_back({l, h, mean_interval(mass), mean_interval(drop)});
-      }
-    std::stable_sort(rows.begin(), rows.end(), [](const HeadRow& a, const HeadRow& b) { return a.drop.mean > b.drop.mean; });
-    const int cut = probed[0]->probe.value("cut_window", 0);
+    std::vector<json> rows(probed->probe["heads"].begin(), probed->probe["heads"].end());  // checked on reading
+    std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+      return a["accuracy_drop"].get<double>() > b["accuracy_drop"].get<double>();
+    });
     heads_t.header = {"head (layer.head)", "DEF mass", str_cat("accuracy drop, cut to ", cut)};
     for (const auto& g : regimes)
       if (g != "full") heads_t.header.push_back(g + " window");
     std::vector<std::string> matter;
     for (size_t i = 0; i < rows.size(); i++) {
-      const HeadRow& hr = rows[i];
-      const bool matters = hr.drop.mean >= kHeadMatters;
-      if (matters) matter.push_back(str_cat(hr.l, ".", hr.h));
-      json jh = {{"layer", hr.l}, {"head", hr.h}, {"def_mass", interval_json(hr.mass)},
-                 {"accuracy_drop", interval_json(hr.drop)}, {"matters", matters}, {"windows", json::object()}};
-      std::vector<std::string> row = {str_cat(hr.l, ".", hr.h, matters ? " *" : ""), cell(hr.mass, 3), cell(hr.drop, 3)};
+      const int l = rows[i]["layer"].get<int>(), h = rows[i]["head"].get<int>();
+      const double mass = rows[i]["def_mass"].get<double>(), drop = rows[i]["accuracy_drop"].get<double>();
+      const bool matters = drop >= kHeadMatters;
+      if (matters) matter.push_back(str_cat(l, ".", h));
+      json jh = {{"layer", l}, {"head", h}, {"def_mass", mass}, {"accuracy_drop", drop}, {"matters", matters},
+                 {"windows", json::object()}};
+      std::vector<std::string> row = {str_cat(l, ".", h, matters ? " *" : ""), fixed(mass, 3), fixed(drop, 3)};
       for (const auto& g : regimes) {
         if (g == "full") continue;
-        const MeanInterval w = over_seeds(g, [&](const RunData& r) { return window_of(r, hr.l, hr.h); }).first;
-        row.push_back(cell(w, 0));
-        jh["windows"][g] = interval_json(w);
+        const RunData* r = same_seed(g);
+        const json& map = r ? r->eval["window_map"] : json();
+        const bool has = r && size_t(l) < map.size() && size_t(h) < map[size_t(l)].size();
+        row.push_back(has ? std::to_string(map[size_t(l)][size_t(h)].get<int>()) : "–");
+        jh["windows"][g] = has ? map[size_t(l)][size_t(h)] : json();
       }
       heads_json.push_back(jh);
       if (i < 8 || matters) heads_t.rows.push_back(row);  // the 8 that matter most, and every one that matters
     }
-    heads_note = str_cat("Probe of the full runs (", probed.size(), " seed", probed.size() > 1 ? "s" : "",
-                         ") at full windows, context ", T, " (`aah probe heads`): DEF mass = attention probability "
-                         "from the query that predicts a question's value to its DEF k v; accuracy drop = retrieval "
-                         "accuracy with every head full minus with this head alone cut to window ", cut,
-                         ". Heads sorted by the drop; * = the head matters (mean drop >= ", fixed(kHeadMatters, 2),
-                         "). Window columns: the regime's final window of that head, mean over its seeds.");
-    if (!matter.empty() && have_full) {
+    heads_note = str_cat(
+        "Probe of full-s", probed->seed, " at full windows, context ", T, " (`aah probe heads`): DEF mass = "
+        "attention probability from the query that predicts a question's value to its DEF k v; accuracy drop = "
+        "retrieval accuracy with every head full minus with this head alone cut to window ", cut, ". Heads sorted by "
+        "the drop; * = the head matters (drop >= ", fixed(kHeadMatters, 2), "). Window columns: the final window of the "
+        "same (layer, head) in each regime's seed-", probed->seed, " run (same initial weights and batches; a head "
+        "index names nothing across seeds, so seeds are not averaged). The other seeds' probes are in their runs' "
+        "probe.json.");
+    if (have_full) {
       std::string list;
       for (const auto& m : matter) list += (list.empty() ? "" : ", ") + m;
-      summary_md += str_cat("- **Heads that matter** for retrieval (full's probe, accuracy drop >= ",
-                            fixed(kHeadMatters, 2), " when cut alone): ", list, ". Their final windows per regime are "
-                            "in the heads table.\n");
-    } else if (have_full) {
-      summary_md += str_cat("- **Heads that matter**: no single head's cut drops full's retrieval accuracy by ",
-                            fixed(kHeadMatters, 2), " or more.\n");
+      summary_md += matter.empty()
+                        ? str_cat("- **Heads that matter** (full-s", probed->seed, "): no single head's cut drops "
+                                  "retrieval accuracy by ", fixed(kHeadMatters, 2), " or more.\n")
+                        : str_cat("- **Heads that matter** for retrieval (full-s", probed->seed, ", accuracy drop >= ",
+                                  fixed(kHeadMatters, 2), " when cut alone): ", list,
+                                  ". Their final windows per regime are in the heads table.\n");
     }
   }
 
