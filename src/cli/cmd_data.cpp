@@ -74,7 +74,9 @@ void add_data_commands(CLI::App& app, int& rc) {
       ->capture_default_str();
   synth->add_option("--values", so.values, "Values drawn from the first N words (0: from all words)")
       ->capture_default_str();
-  synth->add_flag("--unique-keys", so.unique_keys, "Define each key at most once per document, consecutive documents from alternate halves of the keys (no older DEF of an asked key to confuse)");
+  synth->add_flag("--unique-keys", so.unique_keys,
+                  "Define each key at most once per document, consecutive documents from alternate halves of the "
+                  "keys (no older DEF of an asked key to confuse)");
   synth->callback([&rc] {
     synth_write(out, so, force);
     std::printf("wrote %s/train.bin, val.bin, tokenizer.json, meta.json\n", out.c_str());

@@ -40,7 +40,8 @@ std::vector<std::string> main_sets(int steps) {
 constexpr int kMainSteps = 200;
 
 // The retrieval preset's synth corpus, tuned by measurement (README, "Retrieval"): 32 keys, each defined at most
-// once per 256-token document (no older DEF of the same key to confuse), 16 values, a DEF at 8% of the grammar
+// once per 256-token document and consecutive documents from alternate halves (no older DEF of an asked key to
+// confuse), 16 values, a DEF at 8% of the grammar
 // positions, DEF-to-ASK distances log-uniform in [4, 200] (as many short questions as long: the short ones teach
 // the copy, which then reaches the long ones). Uniform distances in [64, 1536] at context 2048 stayed at chance
 // (1 / values) after 600 to 1,500 steps on 2 cores: attention spread over 2,048 positions learns the copy too slowly.

@@ -71,9 +71,13 @@ SynthCorpus synth_generate(const SynthOptions& o) {
           key = int(rng.below(o.keys));
         }
         const int value = first_word + int(rng.below(o.values > 0 ? o.values : words));
-        const int dist = o.log_distance ? std::min(o.max_distance, int(std::exp(std::log(double(o.min_distance)) +
-                                                                                rng.uniform() * std::log((o.max_distance + 1.0) / o.min_distance))))
-                                        : o.min_distance + int(rng.below(o.max_distance - o.min_distance + 1));
+        int dist;
+        if (o.log_distance) {  // exp of a uniform draw in [log min, log (max + 1)), floored
+          const double span = std::log((o.max_distance + 1.0) / o.min_distance);
+          dist = std::min(o.max_distance, int(std::exp(std::log(double(o.min_distance)) + rng.uniform() * span)));
+        } else {
+          dist = o.min_distance + int(rng.below(o.max_distance - o.min_distance + 1));
+        }
         doc.insert(doc.end(), {1, 3 + key, value});
         pending.push_back({pos + 3 + dist, key, value});
         continue;
