@@ -165,8 +165,8 @@ TEST(Durability, RandomKillsLoseNothingAndResumeBitIdentically) {
   cfg.train.checkpoint_interval = 4;
   const std::string config = write_config(dir, cfg), log = dir + "/log.txt";
 
-  // Each checkpoint write takes 5 x 4 ms longer, so that many kills land inside one.
-  constexpr int kKills = 12, kDelayMs = 4;
+  // Each checkpoint write takes 5 x 8 ms longer, so that many kills land inside one.
+  constexpr int kKills = 12, kDelayMs = 8;  // 4 ms: 2 of 12 in a write once under ASan on a busy machine
   const std::string ref = dir + "/reference";
   const auto t0 = std::chrono::steady_clock::now();
   int status =
