@@ -328,6 +328,13 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   for (size_t i = 1; i < rep["heads"].size(); i++)  // sorted by the drop
     EXPECT_GE(rep["heads"][i - 1]["accuracy_drop"].get<double>(), rep["heads"][i]["accuracy_drop"].get<double>());
   EXPECT_NE(md.find("## Heads that matter, and the windows they got"), std::string::npos);
+  // The pretrained start: every run began from the weights of its seed's base run, and the report says so.
+  ASSERT_TRUE(fs::exists(dir + "/base/full-s0/eval.json"));
+  EXPECT_EQ(json::parse(read_file(dir + "/base/full-s0/config.json"))["train"]["steps"], 40);
+  for (const auto& regime : p.regimes)
+    EXPECT_EQ(json::parse(read_file(dir + "/runs/" + regime + "-s0/config.json"))["train"]["init_from"],
+              dir + "/base/full-s0") << regime;
+  EXPECT_NE(md.find("fine-tuned from its seed's full-attention base (`base/full-s<seed>`, 40 steps"), std::string::npos);
   EXPECT_TRUE(well_formed_xml(dir + "/report.html"));
   const std::string html = read_file(dir + "/report.html");
   size_t inline_svgs = 0;

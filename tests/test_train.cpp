@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "io/synth.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "train/optimizer.h"
 #include "train/train.h"
 
@@ -271,6 +272,49 @@ TEST(Train, RefusesToOverwriteARun) {
 }
 
 using aah::test::error_of;
+
+// train.init_from: a run starts from another run's weights. With a learning rate of 1e-30 its one step changes
+// nothing, so its final weights are the base's, bit for bit (and not a fresh initialization's). A base of another
+// shape is refused, naming the key.
+TEST(Train, InitFromStartsFromTheBaseWeights) {
+  TrainOptions base;
+  base.data_dir = make_data();
+  base.out_dir = temp_dir();
+  base.config = tiny_config();
+  base.config.train.steps = 30;
+  base.quiet = true;
+  ASSERT_EQ(train_run(base), 0);
+
+  TrainOptions o = base;
+  o.out_dir = temp_dir();
+  o.config.train.steps = 1, o.config.train.warmup_steps = 0;
+  o.config.train.lr = 1e-30, o.config.train.min_lr = 0, o.config.train.weight_decay = 0;
+  o.config.train.seed = 7;  // another initialization, overwritten by the base's weights
+  config_set(o.config, "train.init_from=" + base.out_dir);
+  ASSERT_EQ(train_run(o), 0);
+  SafetensorsReader rb(base.out_dir + "/model.safetensors"), ro(o.out_dir + "/model.safetensors");
+  ASSERT_EQ(rb.tensors().size(), ro.tensors().size());
+  for (const auto& t : rb.tensors()) {
+    std::vector<float> wb(t.numel()), wo(t.numel());
+    rb.read_f32(t.name, wb.data(), t.shape);
+    ro.read_f32(t.name, wo.data(), t.shape);
+    EXPECT_EQ(0, std::memcmp(wb.data(), wo.data(), wb.size() * 4)) << t.name;
+  }
+  EXPECT_EQ(run_config_load(o.out_dir).train.init_from, base.out_dir);
+  // The first step's loss is a trained model's, well below a fresh one's (about ln 128 = 4.85).
+  EXPECT_LT(read_metrics(o.out_dir).front()["loss"].get<double>(), std::log(128.0) - 0.5);
+
+  TrainOptions wide = o;
+  wide.out_dir = temp_dir();
+  wide.config.model.hidden_size = 96;
+  const std::string e = error_of([&] { train_run(wide); });
+  EXPECT_NE(e.find("hidden_size=64 but this run's has 96"), std::string::npos) << e;
+  EXPECT_NE(e.find(base.out_dir + "/config.json"), std::string::npos) << e;
+  TrainOptions missing = o;
+  missing.out_dir = temp_dir();
+  config_set(missing.config, "train.init_from=" + base.out_dir + "/nope");
+  EXPECT_NE(error_of([&] { train_run(missing); }).find("nope: no such directory"), std::string::npos);
+}
 
 TEST(Config, ErrorsNameTheKey) {
   Config c;

@@ -17,6 +17,11 @@ struct SuitePreset {
   std::vector<std::string> sets;   // config assignments, applied in order (model, train.*, aah.* knobs)
   std::vector<std::string> regimes;  // aah.regime values; "full" is the reference of the paired differences
   std::vector<int> seeds;
+  // A pretrained start (the DuoAttention setting): per seed, a full-attention base run (`sets`, then `base_sets`,
+  // then the user's --set) trains first in OUT/base/full-s<seed>, and every run of that seed starts from its
+  // weights (train.init_from).
+  bool base = false;
+  std::vector<std::string> base_sets;
   double timing_budget_s = 60;  // seconds of side-by-side timing of the final window maps (aah bench maps)
 };
 

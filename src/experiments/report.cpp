@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -229,6 +230,47 @@ std::string matched_note(const json& suite) {
                    "that its pair ratio (", fixed(m["pair_ratio"].get<double>(), 4), ") is the closest to ",
                    m.value("matched_to", std::string("?")), "'s mean final pair ratio (",
                    fixed(m["target_pair_ratio"].get<double>(), 4), ").");
+  return o;
+}
+
+// The pretrained start of a suite with one (SuitePreset::base): its base runs' retrieval accuracy by distance
+// (DIR/base/full-s<seed>/eval.json, mean over the bases), as a sentence for the setup line; "" without bases.
+std::string base_note(const std::string& dir, const std::vector<RunData>& runs) {
+  std::set<int> seeds;
+  for (const RunData& r : runs)
+    if (!r.cfg.train.init_from.empty()) seeds.insert(r.seed);
+  if (seeds.empty()) return "";
+  std::map<std::pair<int, int>, std::vector<double>> acc;  // (lo, hi or -1) -> accuracy per base
+  int steps = 0, bases = 0;
+  for (int seed : seeds) {
+    const std::string base = str_cat(dir, "/base/full-s", seed);
+    if (!file_exists(base + "/eval.json")) continue;
+    const std::string path = base + "/eval.json";
+    const json ev = read_json_file(path);
+    if (!ev.is_object()) fail("[report] ", path, ": not a JSON object");
+    steps = run_config_load(base).train.steps, bases++;
+    if (!ev.contains("retrieval") || !ev["retrieval"].is_object()) continue;
+    const json& b = ev["retrieval"].value("buckets", json::array());
+    if (!b.is_array()) fail("[report] ", path, ": retrieval.buckets is not an array");
+    for (const json& k : b) {
+      if (!k.is_object() || !k.contains("hi")) fail("[report] ", path, ": a retrieval bucket is not an object");
+      if (number(k, "n", path) <= 0) continue;  // no question at this distance: no accuracy
+      acc[{int(number(k, "lo", path)), k["hi"].is_null() ? -1 : int(number(k, "hi", path))}].push_back(
+          number(k, "accuracy", path));
+    }
+  }
+  if (bases == 0) return "";
+  std::string o = str_cat(" Every run fine-tuned from its seed's full-attention base (`base/full-s<seed>`, ", steps,
+                          " steps; `train.init_from`): the regimes choose windows for heads trained with full attention.");
+  if (!acc.empty()) {
+    o += str_cat(" The bases' retrieval accuracy by DEF-ASK distance (mean of ", bases, "):");
+    for (const auto& [range, v] : acc) {
+      double m = 0;
+      for (double x : v) m += x / double(v.size());
+      o += str_cat(" ", range.first, range.second < 0 ? "+" : str_cat("-", range.second - 1), " ", fixed(m, 3), ";");
+    }
+    o.back() = '.';
+  }
   return o;
 }
 
@@ -805,7 +847,7 @@ void report_write(const std::string& dir) {
       " KV heads), width ", m.hidden_size, ", vocabulary ", m.vocab_size, ". Training: ", r0.cfg.train.steps,
       " steps of ", r0.cfg.train.batch_size, " x ", r0.cfg.train.context, " tokens. Runs: ", runs.size(),
       unfinished.empty() ? std::string() : str_cat(" finished (unfinished: ", unfinished.size(), ")"), ".",
-      matched_note(suite));
+      matched_note(suite), base_note(dir, runs));
   const std::string notes =
       "Definitions. Training table: val loss at the final step; ACR (mean W/T over layers and heads) and exact pair "
       "ratio (executed causal pairs / full causal pairs) of the windows in force at the final step; attention work "

@@ -48,6 +48,7 @@ struct Run {
   int steps = 0;       // configured optimizer steps
   int done_steps = 0;  // at the last checkpoint
   bool evaluated = false;
+  bool base = false;  // a pretrained start (SuitePreset::base), in OUT/base/
 };
 
 // The step of a run's last checkpoint (0 if none). A checkpoint that cannot be read is an error: the user decides.
@@ -205,7 +206,17 @@ int suite_run(const SuiteOptions& o) {
   std::vector<std::string> sets = p.sets;
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
   // Check every configuration before running anything: a typo fails now, not after an hour.
-  int steps = 0, context = 0;
+  int steps = 0, context = 0, base_steps = 0;
+  // The pretrained start's: the preset's, its base settings, then the user's (--set wins everywhere).
+  std::vector<std::string> base_sets = p.sets;
+  base_sets.insert(base_sets.end(), p.base_sets.begin(), p.base_sets.end());
+  base_sets.insert(base_sets.end(), o.sets.begin(), o.sets.end());
+  if (p.base) {
+    Config cfg;
+    for (const auto& s : base_sets) config_set(cfg, s);
+    config_validate(cfg);
+    base_steps = cfg.train.steps;
+  }
   for (const auto& regime : p.regimes) {
     const bool matched = is_matched(regime);
     if (matched && std::find(p.regimes.begin(), p.regimes.end(), kMatchedTo) >= std::find(p.regimes.begin(), p.regimes.end(), regime))
@@ -225,9 +236,11 @@ int suite_run(const SuiteOptions& o) {
   const std::string suite_path = o.out + "/suite.json";
   json suite = {{"preset", p.name}, {"summary", p.summary}, {"sets", sets}, {"regimes", p.regimes},
                 {"seeds", p.seeds}, {"data", o.data.empty() ? p.data : o.data}};
+  if (p.base) suite["base_sets"] = base_sets;
   if (file_exists(suite_path)) {
     const json old = read_json_file(suite_path);
-    if (!old.is_object() || old.value("preset", "") != p.name || old.value("sets", json::array()) != suite["sets"])
+    if (!old.is_object() || old.value("preset", "") != p.name || old.value("sets", json::array()) != suite["sets"] ||
+        old.value("base_sets", json()) != suite.value("base_sets", json()))
       fail("[suite] ", suite_path, " is a suite of preset '", old.value("preset", "?"),
            "' with other settings; give another --out (or the same --preset and --set as before)");
     for (const auto& r : old.value("regimes", json::array()))
@@ -244,6 +257,17 @@ int suite_run(const SuiteOptions& o) {
 
   std::vector<Run> runs;
   int total_steps = 0, left_steps = 0;
+  auto base_dir = [&](int seed) { return o.out + "/base/full-s" + std::to_string(seed); };
+  for (int seed : p.seeds) {
+    if (!p.base) break;
+    Run r;
+    r.regime = "full", r.seed = seed, r.steps = base_steps, r.base = true, r.dir = base_dir(seed);
+    r.evaluated = eval_done(r.dir);
+    r.done_steps = r.evaluated ? r.steps : checkpoint_step(r.dir);
+    total_steps += r.steps;
+    left_steps += r.steps - r.done_steps;
+    runs.push_back(r);
+  }
   for (const auto& regime : p.regimes)
     for (int seed : p.seeds) {
       Run r;
@@ -258,13 +282,19 @@ int suite_run(const SuiteOptions& o) {
       runs.push_back(r);
     }
   std::fprintf(stderr, "[suite] %s: %zu runs (%zu regimes x %zu seeds), %d steps each; %d of %d steps left\n",
-               p.name.c_str(), runs.size(), p.regimes.size(), p.seeds.size(), steps, left_steps, total_steps);
+               p.name.c_str(), runs.size() - (p.base ? p.seeds.size() : 0), p.regimes.size(), p.seeds.size(), steps,
+               left_steps, total_steps);
+  if (p.base)
+    std::fprintf(stderr, "[suite] every run starts from its seed's full-attention base of %d steps (%s/base)\n",
+                 base_steps, o.out.c_str());
 
   const std::string exe = self_exe();
   const double t0 = now_seconds();
   SuiteEta eta;
   eta.tail_s = timing_budget_s;
-  for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : 1;
+  // ETA in units of one regime run: a base run counts as its steps / the regime runs' steps.
+  auto weight = [&](const Run& r) { return double(r.steps) / steps; };
+  for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : weight(r);
   for (size_t i = 0; i < runs.size(); i++) {
     Run& r = runs[i];
     if (is_matched(r.regime)) {
@@ -278,7 +308,10 @@ int suite_run(const SuiteOptions& o) {
           m.done_steps = m.evaluated ? steps : checkpoint_step(m.dir);
         }
     }
-    const std::string tag = str_cat("[", i + 1, "/", runs.size(), " ", r.regime, " s", r.seed, "]");
+    // Base runs come first and are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
+    const size_t bases = p.base ? p.seeds.size() : 0;
+    const std::string tag = r.base ? str_cat("[base ", i + 1, "/", bases, " s", r.seed, "]")
+                                   : str_cat("[", i + 1 - bases, "/", runs.size() - bases, " ", r.regime, " s", r.seed, "]");
     if (r.evaluated) {
       std::fprintf(stderr, "%s finished earlier: skipped\n", tag.c_str());
       continue;
@@ -292,8 +325,9 @@ int suite_run(const SuiteOptions& o) {
       } else {
         argv.push_back("--force");  // at most an unfinished start without a checkpoint: nothing to keep
         argv.insert(argv.end(), {"--set", "aah.regime=" + r.regime});  // first: a regime clears aah.* knobs
-        for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+        for (const auto& s : r.base ? base_sets : sets) argv.insert(argv.end(), {"--set", s});
         argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed)});
+        if (p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(r.seed)});
       }
       std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
                    r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
@@ -305,7 +339,7 @@ int suite_run(const SuiteOptions& o) {
           left_steps -= s - last;
           last = s;
           // Time per run from the runs finished here (training and evaluation); before the first, from this one.
-          eta.current_fraction = double(s - first) / std::max(1, r.steps - first);
+          eta.current_fraction = weight(r) * double(s - first) / std::max(1, r.steps - first);
           eta.current_seconds = now_seconds() - run_t0;
           std::fprintf(stderr, "%s %s | suite %d%% ETA %s\n", tag.c_str(), line.c_str(),
                        int(100.0 * (total_steps - left_steps) / total_steps),
@@ -333,7 +367,7 @@ int suite_run(const SuiteOptions& o) {
     }
     // Which heads retrieve (synth data, full windows), for the report. Before eval.json: a rerun skips a run
     // that has one.
-    if (r.regime == "full" && synth_is_corpus(data)) {
+    if (r.regime == "full" && !r.base && synth_is_corpus(data)) {
       std::string probe;
       const int prc = process_run({exe, "probe", "heads", "--run", r.dir, "--data", data, "--json"},
                                   {.output = &probe, .on_stderr_line = say, .forward_signals = true});
@@ -349,11 +383,19 @@ int suite_run(const SuiteOptions& o) {
     write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
     // A run resumed from a checkpoint counts as the share of a run it trained here.
     const double share = r.done_steps > 0 ? double(r.steps - r.done_steps) / r.steps : 1.0;
-    eta.finished_runs += share, eta.finished_seconds += now_seconds() - run_t0, eta.runs_left -= 1;
+    eta.finished_runs += share * weight(r), eta.finished_seconds += now_seconds() - run_t0;
+    eta.runs_left -= weight(r);
     eta.current_fraction = 0;
-    std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s | suite ETA %s\n",
+    std::string recall;  // synth: retrieval accuracy by distance bucket
+    if (ev.contains("retrieval") && ev["retrieval"].is_object())
+      for (const auto& bk : ev["retrieval"].value("buckets", json::array()))
+        if (bk.is_object() && bk.value("n", 0) > 0)
+          recall += str_cat(recall.empty() ? ", retrieval " : " ", bk.value("lo", 0), bk["hi"].is_number() ? "-" : "+",
+                            bk["hi"].is_number() ? str_cat(bk["hi"].get<int>() - 1) : "", ":",
+                            int(std::lround(100 * bk.value("accuracy", 0.0))), "%");
+    std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s%s | suite ETA %s\n",
                  tag.c_str(), ev["val_loss"].get<double>(), ev["inference_acr"].get<double>(),
-                 ev["pair_ratio"].get<double>(), ev["tokens_per_s"].get<double>(),
+                 ev["pair_ratio"].get<double>(), ev["tokens_per_s"].get<double>(), recall.c_str(),
                  format_duration(suite_eta_seconds(eta)).c_str());
   }
   std::fprintf(stderr, "[suite] all %zu runs finished (%s)\n", runs.size(), format_duration(now_seconds() - t0).c_str());

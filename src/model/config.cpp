@@ -50,6 +50,9 @@ std::vector<ConfigField> fields(Config& c) {
       {"train.nonfinite", &t.nonfinite, one_of(kNonfiniteNames), "on a non-finite loss or gradient: skip the step, or stop"},
       {"train.spike_factor", &t.spike_factor, zero_or_above(1),
        "log a loss_spike event when a step's loss exceeds this times its running mean (EMA)"},
+      {"train.init_from", &t.init_from, {},
+       "start from the weights of this run or Hugging Face Qwen3 directory (same model shape; optimizer, step and "
+       "windows start fresh); empty: random initialization"},
       {"aah.regime", &a.regime, {},
        "window policy preset: a main regime, optionally joined by '+' with variants (aah.regime names, below)"},
       {"aah.attention", &a.attention, one_of(kAttentionNames),

@@ -47,6 +47,7 @@ struct TrainConfig {
   int checkpoint_interval = 0;             // also every N steps when > 0
   std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop" (kNonfiniteNames)
   double spike_factor = 3.0;  // log a loss spike when a step's loss exceeds this x its running mean (0: off)
+  std::string init_from;      // start from this run's (or HF Qwen3 directory's) weights; empty: random init
 };
 
 struct AahConfig {

@@ -281,6 +281,30 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
   return r;
 }
 
+// train.init_from: the weights of another run (or a Hugging Face Qwen3 directory) as the starting point; the
+// optimizer, the step and the windows start fresh. The model shapes must agree key by key.
+void init_from_dir(const std::string& dir, const ModelConfig& mc, Model<float>& model) {
+  if (!dir_exists(dir)) fail("[train] train.init_from=", dir, ": ", path_exists(dir) ? "not a directory" : "no such directory");
+  const ModelConfig from = run_config_load(dir).model;
+  auto same = [&](const char* key, double a, double b) {
+    if (a != b)
+      fail("[train] train.init_from=", dir, ": its model has ", key, "=", a, " but this run's has ", b,
+           " (", dir, "/config.json)");
+  };
+  same("hidden_size", from.hidden_size, mc.hidden_size);
+  same("intermediate_size", from.intermediate_size, mc.intermediate_size);
+  same("num_hidden_layers", from.num_hidden_layers, mc.num_hidden_layers);
+  same("num_attention_heads", from.num_attention_heads, mc.num_attention_heads);
+  same("num_key_value_heads", from.num_key_value_heads, mc.num_key_value_heads);
+  same("head_dim", from.head_dim, mc.head_dim);
+  same("vocab_size", from.vocab_size, mc.vocab_size);
+  same("rope_theta", from.rope_theta, mc.rope_theta);
+  same("rms_norm_eps", from.rms_norm_eps, mc.rms_norm_eps);
+  same("tie_word_embeddings", from.tie_word_embeddings, mc.tie_word_embeddings);
+  same("aah.qk_norm", from.qk_norm, mc.qk_norm);
+  weights_load_dir(dir, model);
+}
+
 }  // namespace
 
 int checkpoint_verify(const std::string& run) {
@@ -406,6 +430,10 @@ int train_run(const TrainOptions& o) {
     if (!quiet) std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
   } else {
     model.init_weights(uint64_t(tc.seed));
+    if (!tc.init_from.empty()) {
+      init_from_dir(tc.init_from, mc, model);
+      if (!quiet) std::fprintf(stderr, "[train] starting from the weights of %s\n", tc.init_from.c_str());
+    }
   }
   if (!o.resume && lead) {
     checkpoint_remove(o.out_dir);  // --force: the previous run's checkpoint goes first
