@@ -334,7 +334,8 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   for (const auto& regime : p.regimes)
     EXPECT_EQ(json::parse(read_file(dir + "/runs/" + regime + "-s0/config.json"))["train"]["init_from"],
               dir + "/base/full-s0") << regime;
-  EXPECT_NE(md.find("fine-tuned from its seed's full-attention base (`base/full-s<seed>`, 40 steps"), std::string::npos);
+  EXPECT_NE(md.find("fine-tuned from its seed's full-attention base (`base/full-s<seed>`, 40 steps"),
+            std::string::npos);
   EXPECT_TRUE(well_formed_xml(dir + "/report.html"));
   const std::string html = read_file(dir + "/report.html");
   size_t inline_svgs = 0;

@@ -72,7 +72,8 @@ SuitePreset suite_preset(const std::string& name) {
   p.name = name;
   if (name == "smoke") {
     // CI's end-to-end check: seconds per run, every code path of the suite and the report.
-    p.summary = "tiny model on synth data, a 40-step full-attention base, the five main regimes fine-tuned from it, 1 seed (under 2 minutes)";
+    p.summary = "tiny model on synth data, a 40-step full-attention base, the five main regimes fine-tuned from it, "
+                "1 seed (under 2 minutes)";
     p.data = "synth", p.data_vocab = 512, p.synth.tokens = 200'000;
     p.sets = {"vocab_size=512",         "hidden_size=64",        "intermediate_size=128", "num_hidden_layers=2",
               "num_attention_heads=8",  "num_key_value_heads=4", "head_dim=8",            "train.context=128",

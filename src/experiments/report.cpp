@@ -261,7 +261,8 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
   }
   if (bases == 0) return "";
   std::string o = str_cat(" Every run fine-tuned from its seed's full-attention base (`base/full-s<seed>`, ", steps,
-                          " steps; `train.init_from`): the regimes choose windows for heads trained with full attention.");
+                          " steps; `train.init_from`): the regimes choose windows for heads trained with full "
+                          "attention.");
   if (!acc.empty()) {
     o += str_cat(" The bases' retrieval accuracy by DEF-ASK distance (mean of ", bases, "):");
     for (const auto& [range, v] : acc) {

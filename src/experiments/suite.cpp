@@ -311,7 +311,8 @@ int suite_run(const SuiteOptions& o) {
     // Base runs come first and are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
     const size_t bases = p.base ? p.seeds.size() : 0;
     const std::string tag = r.base ? str_cat("[base ", i + 1, "/", bases, " s", r.seed, "]")
-                                   : str_cat("[", i + 1 - bases, "/", runs.size() - bases, " ", r.regime, " s", r.seed, "]");
+                                   : str_cat("[", i + 1 - bases, "/", runs.size() - bases, " ", r.regime, " s",
+                                             r.seed, "]");
     if (r.evaluated) {
       std::fprintf(stderr, "%s finished earlier: skipped\n", tag.c_str());
       continue;

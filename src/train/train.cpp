@@ -284,7 +284,8 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
 // train.init_from: the weights of another run (or a Hugging Face Qwen3 directory) as the starting point; the
 // optimizer, the step and the windows start fresh. The model shapes must agree key by key.
 void init_from_dir(const std::string& dir, const ModelConfig& mc, Model<float>& model) {
-  if (!dir_exists(dir)) fail("[train] train.init_from=", dir, ": ", path_exists(dir) ? "not a directory" : "no such directory");
+  if (!dir_exists(dir))
+    fail("[train] train.init_from=", dir, ": ", path_exists(dir) ? "not a directory" : "no such directory");
   const ModelConfig from = run_config_load(dir).model;
   auto same = [&](const char* key, double a, double b) {
     if (a != b)
