@@ -89,6 +89,18 @@ TEST(Train, LossFallsOnLearnableData) {
   EXPECT_LT(m.back()["val_loss"].get<double>(), first - 1.0);
 }
 
+// The model.safetensors of two run directories hold the same tensors, bit for bit.
+void expect_same_weights(const std::string& run_a, const std::string& run_b) {
+  SafetensorsReader ra(run_a + "/model.safetensors"), rb(run_b + "/model.safetensors");
+  ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
+  for (const auto& t : ra.tensors()) {
+    std::vector<float> wa(t.numel()), wb(t.numel());
+    ra.read_f32(t.name, wa.data(), t.shape);
+    rb.read_f32(t.name, wb.data(), t.shape);
+    EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * 4)) << t.name;
+  }
+}
+
 class TrainResume : public ::testing::TestWithParam<std::string> {};
 
 // Interrupted after step 7, resumed: the same losses and the same final weights, bit for bit, for plain attention
@@ -124,15 +136,7 @@ TEST_P(TrainResume, IsBitIdentical) {
     EXPECT_EQ(ma[i]["grad_norm"].get<double>(), mb[i]["grad_norm"].get<double>());
     EXPECT_EQ(ma[i]["window_fractions"], mb[i]["window_fractions"]);
   }
-  // final weights bit for bit
-  SafetensorsReader ra(a.out_dir + "/model.safetensors"), rb(b.out_dir + "/model.safetensors");
-  ASSERT_EQ(ra.tensors().size(), rb.tensors().size());
-  for (const auto& t : ra.tensors()) {
-    std::vector<float> wa(t.numel()), wb(t.numel());
-    ra.read_f32(t.name, wa.data(), t.shape);
-    rb.read_f32(t.name, wb.data(), t.shape);
-    EXPECT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * 4)) << t.name;
-  }
+  expect_same_weights(a.out_dir, b.out_dir);  // final weights bit for bit
 }
 
 INSTANTIATE_TEST_SUITE_P(Regimes, TrainResume,
@@ -292,14 +296,7 @@ TEST(Train, InitFromStartsFromTheBaseWeights) {
   o.config.train.seed = 7;  // another initialization, overwritten by the base's weights
   config_set(o.config, "train.init_from=" + base.out_dir);
   ASSERT_EQ(train_run(o), 0);
-  SafetensorsReader rb(base.out_dir + "/model.safetensors"), ro(o.out_dir + "/model.safetensors");
-  ASSERT_EQ(rb.tensors().size(), ro.tensors().size());
-  for (const auto& t : rb.tensors()) {
-    std::vector<float> wb(t.numel()), wo(t.numel());
-    rb.read_f32(t.name, wb.data(), t.shape);
-    ro.read_f32(t.name, wo.data(), t.shape);
-    EXPECT_EQ(0, std::memcmp(wb.data(), wo.data(), wb.size() * 4)) << t.name;
-  }
+  expect_same_weights(base.out_dir, o.out_dir);
   EXPECT_EQ(run_config_load(o.out_dir).train.init_from, base.out_dir);
   // The first step's loss is a trained model's, well below a fresh one's (about ln 128 = 4.85).
   EXPECT_LT(read_metrics(o.out_dir).front()["loss"].get<double>(), std::log(128.0) - 0.5);

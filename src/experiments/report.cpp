@@ -243,9 +243,8 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
   std::map<std::pair<int, int>, std::vector<double>> acc;  // (lo, hi or -1) -> accuracy per base
   int steps = 0, bases = 0;
   for (int seed : seeds) {
-    const std::string base = str_cat(dir, "/base/full-s", seed);
-    if (!file_exists(base + "/eval.json")) continue;
-    const std::string path = base + "/eval.json";
+    const std::string base = str_cat(dir, "/base/full-s", seed), path = base + "/eval.json";
+    if (!file_exists(path)) continue;
     const json ev = read_json_file(path);
     if (!ev.is_object()) fail("[report] ", path, ": not a JSON object");
     steps = run_config_load(base).train.steps, bases++;

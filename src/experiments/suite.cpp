@@ -258,8 +258,9 @@ int suite_run(const SuiteOptions& o) {
   std::vector<Run> runs;
   int total_steps = 0, left_steps = 0;
   auto base_dir = [&](int seed) { return o.out + "/base/full-s" + std::to_string(seed); };
-  for (int seed : p.seeds) {
-    if (!p.base) break;
+  const size_t bases = p.base ? p.seeds.size() : 0;  // base runs come first, one per seed
+  for (size_t b = 0; b < bases; b++) {
+    const int seed = p.seeds[b];
     Run r;
     r.regime = "full", r.seed = seed, r.steps = base_steps, r.base = true, r.dir = base_dir(seed);
     r.evaluated = eval_done(r.dir);
@@ -282,7 +283,7 @@ int suite_run(const SuiteOptions& o) {
       runs.push_back(r);
     }
   std::fprintf(stderr, "[suite] %s: %zu runs (%zu regimes x %zu seeds), %d steps each; %d of %d steps left\n",
-               p.name.c_str(), runs.size() - (p.base ? p.seeds.size() : 0), p.regimes.size(), p.seeds.size(), steps,
+               p.name.c_str(), runs.size() - bases, p.regimes.size(), p.seeds.size(), steps,
                left_steps, total_steps);
   if (p.base)
     std::fprintf(stderr, "[suite] every run starts from its seed's full-attention base of %d steps (%s/base)\n",
@@ -308,8 +309,7 @@ int suite_run(const SuiteOptions& o) {
           m.done_steps = m.evaluated ? steps : checkpoint_step(m.dir);
         }
     }
-    // Base runs come first and are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
-    const size_t bases = p.base ? p.seeds.size() : 0;
+    // Base runs are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
     const std::string tag = r.base ? str_cat("[base ", i + 1, "/", bases, " s", r.seed, "]")
                                    : str_cat("[", i + 1 - bases, "/", runs.size() - bases, " ", r.regime, " s",
                                              r.seed, "]");
