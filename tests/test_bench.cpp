@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_train.h"
 #include "bench/measure.h"
 #include "core/rng.h"
 #include "core/sys.h"
@@ -196,6 +197,22 @@ TEST(Measure, ErraticWorkloadIsFlagged) {
   EXPECT_TRUE(r.cases[0].flagged);
   EXPECT_STREQ(flag_mark(ratio), "!");
   EXPECT_EQ(stats_json(ratio, false)["flagged"], true);
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// The window sets the long-context benches time: the paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4,
+// 9.4% T/2, 20.1% T) on 8 heads, and its sampling on other head counts.
+TEST(BenchWindows, PaperAdaptiveMix) {
+  EXPECT_EQ(paper_adaptive_mix(4096, 8), (std::vector<int>{512, 512, 512, 512, 1024, 1024, 2048, 4096}));
+  EXPECT_EQ(paper_adaptive_mix(32768, 8), (std::vector<int>{4096, 4096, 4096, 4096, 8192, 8192, 16384, 32768}));
+  EXPECT_EQ(paper_adaptive_mix(2048, 4), (std::vector<int>{256, 256, 512, 2048}));  // eighths 1, 3, 5, 7
+  EXPECT_EQ(paper_adaptive_mix(8, 8), (std::vector<int>{1, 1, 1, 1, 2, 2, 4, 8}));
+  EXPECT_EQ(paper_adaptive_mix(4, 8), (std::vector<int>{1, 1, 1, 1, 1, 1, 2, 4}));  // never below 1
 }
 
 }  // namespace

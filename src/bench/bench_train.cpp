@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "core/rng.h"
+#include "kernels/attention_common.h"
 #include "experiments/presets.h"
 #include "core/sys.h"
 #include "model/model.h"
@@ -127,18 +129,82 @@ RegimeWarmup warm_up_regime(const Config& cfg, Model<float>& model, const std::v
 
 }  // namespace
 
-int bench_train(const BenchOptions& o, const std::string& regime, int context, const std::string& preset) {
+std::vector<int> paper_adaptive_mix(int T, int H) {
+  const int mix8[8] = {T / 8, T / 8, T / 8, T / 8, T / 4, T / 4, T / 2, T};
+  std::vector<int> w(H);
+  for (int h = 0; h < H; h++) w[h] = std::max(1, mix8[std::min(7, (2 * h + 1) * 8 / (2 * H))]);
+  return w;
+}
+
+namespace {
+
+// A window configuration timed against full windows: a regime (warmed up, then frozen) or a fixed set.
+struct TrainVariant {
+  std::string name;
+  std::vector<int> windows;  // (L, H)
+  std::optional<RegimeWarmup> warm;
+  double pair_ratio = 1, acr = 1, controller_ms = 0;
+  std::vector<double> attn;  // attention seconds per call
+};
+
+std::string fmt(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// " 512 512 1024 4096": the windows of the first layer (every layer has the same).
+std::string window_list(const std::vector<int>& windows, int H) {
+  std::string s;
+  for (int h = 0; h < H && h < int(windows.size()); h++) s += " " + std::to_string(windows[h]);
+  return s;
+}
+
+double pair_ratio_of(const std::vector<int>& windows, int T) {
+  double used = 0;
+  for (int w : windows) used += double(attn_visible_pairs(T, w));
+  return used / (double(attn_visible_pairs(T, T)) * double(windows.size()));
+}
+
+}  // namespace
+
+int bench_train(const BenchOptions& o, const std::string& regime, int context, const std::string& preset,
+                const std::vector<std::string>& window_sets) {
   const Config full_cfg = bench_config("full", context, preset);
   const ModelConfig& m = full_cfg.model;
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
-  const bool with_regime = regime != "full";
-  // One model and optimizer for both configurations: they differ only in the windows in force.
+  const int L = m.num_hidden_layers, H = m.num_attention_heads;
+  // One model and optimizer for every configuration: they differ only in the windows in force.
   BenchTrainer bt(full_cfg);
   Model<float>& model = bt.model;
   const std::vector<int32_t>& tokens = bt.tokens;
 
-  std::optional<RegimeWarmup> warm;
-  if (with_regime) warm = warm_up_regime(bench_config(regime, context, preset), model, tokens);
+  std::vector<TrainVariant> variants;
+  if (regime != "full") {
+    TrainVariant v;
+    v.name = regime;
+    v.warm = warm_up_regime(bench_config(regime, context, preset), model, tokens);
+    v.windows = v.warm->windows, v.pair_ratio = v.warm->pair_ratio, v.acr = v.warm->acr;
+    v.controller_ms = v.warm->controller_ms;
+    variants.push_back(std::move(v));
+  }
+  for (const std::string& ws : window_sets) {
+    std::vector<int> head;
+    if (ws == "mix")
+      head = paper_adaptive_mix(T, H);
+    else if (ws == "T/8")
+      head.assign(H, std::max(1, T / 8));
+    else
+      fail("bench train: unknown window set '", ws, "' (known: mix, T/8)");
+    TrainVariant v;
+    v.name = ws == "mix" ? "adaptive mix" : ws;
+    for (int l = 0; l < L; l++) v.windows.insert(v.windows.end(), head.begin(), head.end());
+    v.pair_ratio = pair_ratio_of(v.windows, T);
+    double acr = 0;
+    for (int w : v.windows) acr += double(w) / T;
+    v.acr = acr / double(v.windows.size());
+    variants.push_back(std::move(v));
+  }
 
   // One training step under `windows` (nullptr: full); appends the seconds spent in attention to `attn`.
   auto step_case = [&](const std::vector<int>* windows, std::vector<double>* attn) {
@@ -152,23 +218,23 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
       attn->push_back(model.attention_seconds - a0);
     };
   };
-  std::vector<double> attn_full, attn_regime;  // per call, warm-up rounds included (dropped below)
+  std::vector<double> attn_full;  // per call, warm-up rounds included (dropped below)
   const SgemmBench sgemm;
   std::vector<MeasureCase> cases = {{"full", step_case(nullptr, &attn_full)}};
-  if (with_regime) cases.push_back({regime, step_case(&warm->windows, &attn_regime)});
+  for (TrainVariant& v : variants) cases.push_back({v.name, step_case(&v.windows, &v.attn)});
   cases.push_back(sgemm.make_case());
-  const int i_full = 0, i_regime = 1, i_sgemm = int(cases.size()) - 1;
+  const int i_full = 0, i_sgemm = int(cases.size()) - 1;
   MeasureOptions mo = o.measure;
-  if (with_regime) mo.ratios.push_back({i_regime, i_full});
+  for (size_t i = 0; i < variants.size(); i++) mo.ratios.push_back({int(i) + 1, i_full});
   mo.ratios.push_back({i_sgemm, i_full});
   const MeasureResult res = measure_interleaved(cases, mo);
   const double lim = res.spread_limit;
-  for (auto* a : {&attn_full, &attn_regime})
-    if (!a->empty()) a->erase(a->begin(), a->begin() + res.warmup_rounds);
+  attn_full.erase(attn_full.begin(), attn_full.begin() + res.warmup_rounds);
+  for (TrainVariant& v : variants) v.attn.erase(v.attn.begin(), v.attn.begin() + res.warmup_rounds);
 
   // Model FLOPs per token: 6 x (matmul parameters) + attention: QK^T and PV are 2 x 2 x D flops per visible
   // pair forward, twice that backward; causal pairs average (T + 1) / 2 per query.
-  const double C = m.hidden_size, L = m.num_hidden_layers, H = m.num_attention_heads, D = m.head_dim;
+  const double C = m.hidden_size, D = m.head_dim;
   const double matmul_params =
       L * (C * (H + 2 * m.num_key_value_heads) * D + C * H * D + 3 * C * m.intermediate_size) +
       double(m.vocab_size) * C;
@@ -212,78 +278,92 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
                   {"sgemm_gflops", stats_json(sgemm_gflops, ss)},
                   {"sgemm_share", stats_json(sgemm_share, ss)}};
   row["flagged"] = full_ms.flagged || sgemm_share.flagged;
+  bool any_flag = row["flagged"].get<bool>();
   std::vector<nlohmann::json> rows = {row};
+  std::vector<std::string> lines;
 
-  SampleStats reg_ms, reg_tok_s, attn_reg_ms, time_ratio, attn_ratio, expected_ms;
-  if (with_regime) {
-    // The regime's step: the timed step under its frozen windows plus its controller's update cost, amortised.
-    std::vector<double> with_ctrl = res.cases[i_regime].samples, expected = full.samples;
-    for (double& t : with_ctrl) t += warm->controller_ms / 1e3;
-    for (size_t i = 0; i < expected.size(); i++) expected[i] -= attn_full[i] * (1 - warm->pair_ratio);
+  for (size_t vi = 0; vi < variants.size(); vi++) {
+    const TrainVariant& v = variants[vi];
+    const int ic = int(vi) + 1;
+    // The variant's step: the timed step under its windows plus its controller's update cost, amortised. The
+    // prediction from skipped work: full's step minus full's attention time times the share of pairs skipped.
+    std::vector<double> with_ctrl = res.cases[ic].samples, expected = full.samples;
+    for (double& t : with_ctrl) t += v.controller_ms / 1e3;
+    for (size_t i = 0; i < expected.size(); i++) expected[i] -= attn_full[i] * (1 - v.pair_ratio);
     const SampleStats reg = sample_stats(with_ctrl, lim);
-    reg_ms = scaled(reg, 1e3);
-    reg_tok_s = rate_stats(reg, tokens_per_step, lim);
-    attn_reg_ms = scaled(sample_stats(attn_regime, lim), 1e3);
-    time_ratio = ratio_stats(with_ctrl, full.samples, lim);
-    attn_ratio = ratio_stats(attn_regime, attn_full, lim);
-    expected_ms = scaled(sample_stats(expected, lim), 1e3);
+    const SampleStats reg_ms = scaled(reg, 1e3), reg_tok_s = rate_stats(reg, tokens_per_step, lim);
+    const SampleStats attn_reg_ms = scaled(sample_stats(v.attn, lim), 1e3);
+    const SampleStats time_ratio = ratio_stats(with_ctrl, full.samples, lim);
+    const SampleStats attn_ratio = ratio_stats(v.attn, attn_full, lim);
+    const SampleStats expected_ms = scaled(sample_stats(expected, lim), 1e3);
+    const SampleStats vs_expected = ratio_stats(with_ctrl, expected, lim);  // measured / predicted, per round
     nlohmann::json r = {{"config", config_name},
-                        {"regime", regime},
+                        {"regime", v.name},
                         {"context", T},
                         {"batch", B},
                         {"tokens_per_s", reg_tok_s.median},
                         {"ms_per_step", reg_ms.median},
                         {"attention_ms", attn_reg_ms.median},
-                        {"controller_ms", warm->controller_ms},
-                        {"controller_share", warm->controller_ms / reg_ms.median},
-                        {"attn_ratio", warm->acr},
-                        {"pair_ratio", warm->pair_ratio},
+                        {"controller_ms", v.controller_ms},
+                        {"controller_share", v.controller_ms / reg_ms.median},
+                        {"attn_ratio", v.acr},
+                        {"pair_ratio", v.pair_ratio},
                         {"time_ratio", time_ratio.median},
                         {"attention_time_ratio", attn_ratio.median},
                         {"expected_ms_per_step", expected_ms.median},
-                        {"warmup_updates", warm->updates},
-                        {"warmup_seconds", warm->seconds},
-                        {"windows", warm->windows},
+                        {"time_vs_expected", vs_expected.median},
+                        {"windows", v.windows},
                         {"peak_rss_mb", peak_rss}};
+    if (v.warm) r["warmup_updates"] = v.warm->updates, r["warmup_seconds"] = v.warm->seconds;
     measured(r);
     r["stats"] = {{"ms_per_step", stats_json(reg_ms, ss)},
                   {"tokens_per_s", stats_json(reg_tok_s, ss)},
                   {"attention_ms", stats_json(attn_reg_ms, ss)},
                   {"time_ratio", stats_json(time_ratio, ss)},
                   {"attention_time_ratio", stats_json(attn_ratio, ss)},
-                  {"expected_ms_per_step", stats_json(expected_ms, ss)}};
+                  {"expected_ms_per_step", stats_json(expected_ms, ss)},
+                  {"time_vs_expected", stats_json(vs_expected, ss)}};
     r["flagged"] = reg_ms.flagged || time_ratio.flagged;
+    any_flag = any_flag || reg_ms.flagged || time_ratio.flagged || attn_ratio.flagged || vs_expected.flagged;
     rows.push_back(r);
+    std::string text;
+    if (v.warm)
+      text += str_cat("  ", v.name, ": warm-up ", v.warm->updates, " control update", v.warm->updates == 1 ? "" : "s",
+                      " (forward only, ", fmt(v.warm->seconds, 1), " s), then windows frozen: ACR ", fmt(v.acr, 4),
+                      ", exact pair ratio ", fmt(v.pair_ratio, 4), "\n");
+    else
+      text += str_cat("  ", v.name, " (fixed windows per layer:", window_list(v.windows, H), "): ACR ", fmt(v.acr, 4),
+                      ", exact pair ratio ", fmt(v.pair_ratio, 4), "\n");
+    text += str_cat("    ", fmt(reg_tok_s.median, 0), " tokens/s, ms/step ", stats_text(reg_ms, 1), ", attention ",
+                    fmt(attn_reg_ms.median, 1), " ms/step");
+    if (v.warm)
+      text += str_cat(", controller ", fmt(v.controller_ms, 2), " ms/step = ",
+                      fmt(100 * v.controller_ms / reg_ms.median, 2),
+                      "% (amortised over its interval, measured in the warm-up)");
+    text += str_cat("\n    step time ratio vs full ", stats_text(time_ratio, 3), ", attention time ratio ",
+                    stats_text(attn_ratio, 3), "\n    expected from the skipped attention work: ",
+                    fmt(expected_ms.median, 1), " ms/step; measured / expected ", stats_text(vs_expected, 3), "\n");
+    lines.push_back(text);
   }
   if (o.json) {
     for (auto& r : rows) std::printf("%s\n", r.dump().c_str());
     return 0;
   }
+  std::string names = "full";
+  for (const TrainVariant& v : variants) names += ", " + v.name;
   std::printf("%s: %d layers, hidden %d, %d heads x %d (%d KV), SwiGLU %d, vocab %d, batch %d x %d, %d threads\n",
-              config_name.c_str(), m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.head_dim,
-              m.num_key_value_heads, m.intermediate_size, m.vocab_size, B, T, num_threads());
-  std::printf("%d rounds (%s) after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
-              res.rounds, with_regime ? ("full, " + regime + ", sgemm").c_str() : "full, sgemm", res.warmup_rounds,
-              res.warmup_rounds == 1 ? "" : "s", res.seconds, res.settled ? "" : " (spreads not all settled)");
+              config_name.c_str(), L, m.hidden_size, H, m.head_dim, m.num_key_value_heads, m.intermediate_size,
+              m.vocab_size, B, T, num_threads());
+  std::printf("%d rounds (%s, sgemm) after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
+              res.rounds, names.c_str(), res.warmup_rounds, res.warmup_rounds == 1 ? "" : "s", res.seconds,
+              res.settled ? "" : " (spreads not all settled)");
   std::printf("  full windows: %.0f tokens/s, ms/step %s, attention %.1f ms/step (%.0f%% of the step)\n"
               "    %.1f model GFLOP/s = %s of the in-process sgemm (%.1f GFLOP/s), peak RSS %.0f MB\n",
               tok_s.median, stats_text(full_ms, 1).c_str(), attn_full_ms.median,
-              100 * attn_full_ms.median / full_ms.median, gflops.median,
-              stats_text(sgemm_share, 2).c_str(), sgemm_gflops.median, peak_rss);
-  if (with_regime) {
-    std::printf("  %s: warm-up %d control update%s (forward only, %.1f s), then windows frozen: ACR %.4f, exact pair "
-                "ratio %.4f\n"
-                "    %.0f tokens/s, ms/step %s, attention %.1f ms/step, controller %.2f ms/step = %.2f%% (amortised "
-                "over its interval, measured in the warm-up)\n"
-                "    step time ratio vs full %s, attention time ratio %s\n"
-                "    expected from the skipped attention work: %.1f ms/step\n",
-                regime.c_str(), warm->updates, warm->updates == 1 ? "" : "s", warm->seconds, warm->acr,
-                warm->pair_ratio, reg_tok_s.median, stats_text(reg_ms, 1).c_str(), attn_reg_ms.median,
-                warm->controller_ms, 100 * warm->controller_ms / reg_ms.median, stats_text(time_ratio, 3).c_str(),
-                stats_text(attn_ratio, 3).c_str(), expected_ms.median);
-  }
-  if (full_ms.flagged || sgemm_share.flagged || (with_regime && (reg_ms.flagged || time_ratio.flagged || attn_ratio.flagged)))
-    print_flag_note(lim);
+              100 * attn_full_ms.median / full_ms.median, gflops.median, stats_text(sgemm_share, 2).c_str(),
+              sgemm_gflops.median, peak_rss);
+  for (const std::string& l : lines) std::printf("%s", l.c_str());
+  if (any_flag) print_flag_note(lim);
   return 0;
 }
 

@@ -21,7 +21,14 @@ ModelConfig bench_c_model();
 // the warm-up, is added amortised over its control interval.
 // context: sequence length T (default 1024); the batch is 4096 / T sequences, so tokens per step stay 4096.
 // preset: a suite preset's name: its model, context and batch instead of bench-c's (context is then ignored).
-int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024, const std::string& preset = "");
+// window_sets: fixed window sets also timed against full windows, the same in every layer: "mix" (the paper's final
+// Full-adaptive mix: on 8 heads 4 x T/8, 2 x T/4, T/2, T; see paper_adaptive_mix) and "T/8" (every head).
+int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024, const std::string& preset = "",
+                const std::vector<std::string>& window_sets = {});
+
+// The paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T) on H heads: on 8 heads
+// {T/8, T/8, T/8, T/8, T/4, T/4, T/2, T}; on other H, head h takes the entry at the middle of its eighth-share.
+std::vector<int> paper_adaptive_mix(int T, int H);
 
 // What the benches time training steps on: one model of cfg's shape with random weights (the cost does not depend
 // on them), its optimizer and a batch of random tokens. step() is one training step under the windows in force

@@ -64,6 +64,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   static std::string regime = "full";
   static int context = 1024;
   static std::string preset;
+  static std::vector<std::string> window_sets;
   auto* tr = bench->add_subcommand("train", "Training step of bench-c: tokens/s, GFLOP/s, share of sgemm");
   add_measure_flags(tr, opts);
   tr->add_option("--steps", steps, "Same as --rounds-min: timed steps per configuration at least");
@@ -76,13 +77,23 @@ void add_bench_commands(CLI::App& app, int& rc) {
   tr->add_option("--preset", preset,
                  "Time a suite preset's model, context and batch instead of bench-c (e.g. --preset main: the share of "
                  "attention in its full-window step)");
+  tr->add_option("--windows", window_sets,
+                 "Also time fixed window sets (same in every layer), interleaved with full windows: mix (the "
+                 "paper's final Full-adaptive mix: 4 x T/8, 2 x T/4, T/2, T on 8 heads), T/8")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mix", "T/8"}));
   tr->callback([&rc] {
     if (steps > 0) opts.measure.rounds_min = steps, opts.measure.rounds_max = std::max(opts.measure.rounds_max, steps);
-    rc = bench_train(opts, regime, context, preset);
+    rc = bench_train(opts, regime, context, preset, window_sets);
   });
   auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
   add_measure_flags(dc, opts);
-  dc->callback([&rc] { rc = bench_decode(opts); });
+  static int decode_context = 4096;
+  dc->add_option("--context", decode_context,
+                 "Context: the last 128 tokens are decoded one by one after a prefill of the others")
+      ->capture_default_str()
+      ->check(CLI::Range(256, 1 << 20));
+  dc->callback([&rc] { rc = bench_decode(opts, decode_context); });
   static std::string suite_dir;
   auto* mp = bench->add_subcommand(
       "maps", "A suite's final window maps side by side: training step and evaluation batch time per regime vs full");

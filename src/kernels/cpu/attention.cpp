@@ -122,6 +122,10 @@ inline TileRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int
 // where the key is not visible.
 inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int W) {
   for (int j = rows.lo; j < rows.hi; j++) {
+    // distance query - key of lane 0; lanes add 0..7. A row every lane sees needs no mask (most rows of a
+    // boundary tile: only ~8 rows at the diagonal and ~8 at the window's far edge are partly visible).
+    const int64_t d0 = (int64_t)q0 + c - (k0 + j);
+    if (d0 >= 0 && d0 + 7 < W) continue;
     float* row = st + j * kLd + c;
     for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
   }
