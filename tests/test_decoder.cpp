@@ -56,6 +56,18 @@ TEST(Decoder, CachedLogitsEqualFullForward) {
   check_decoder_matches_forward(model, 1, 30, 2);
 }
 
+// Long context, T = 16384: the last 300 positions, decoded step by step after a prefill of 16084, match the full
+// forward. A full-context head, and ring buffers of 5, 64 and 1000 positions, 16 to 3200 laps deep when decoding
+// starts (reads straddle each ring's end); RoPE at positions up to 16383.
+TEST(Decoder, LongContextEqualsFullForward) {
+  const int T = 16384;
+  Model<float> model(small_config(), 1, T, false);
+  model.init_weights(11);
+  model.windows() = {T, 3, 1000, 64, 5, 2, 17, 64};  // rings: layer 0 {T, 3} {1000, 64}, layer 1 {5, 2} {17, 64}
+  EXPECT_EQ(Decoder(model, T).cache().capacity, (std::vector<int>{T, 1000, 5, 64}));
+  check_decoder_matches_forward(model, T - 300, T, 3);
+}
+
 TEST(Decoder, RingBuffersAreSizedPerHead) {
   Model<float> model(small_config(), 1, 64, false);
   model.windows() = {8, 8, 16, 4, 64, 8, 2, 2};  // layer 0: KV heads read by {8, 8} and {16, 4}
