@@ -94,6 +94,15 @@ TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
   EXPECT_EQ(cfg.train.checkpoint_steps, (std::vector<int>{1000, 5000, 10000}));
   EXPECT_EQ(cfg.train.eval_interval, 1000);
   EXPECT_EQ(p.seeds, std::vector<int>{0});
+  // Time to loss at long context (issue 16): the stdlib's long documents, context 8192, one seed by default.
+  const SuitePreset l = suite_preset("long");
+  Config lc;
+  for (const auto& s : l.sets) config_set(lc, s);
+  EXPECT_EQ(l.data, "code");
+  EXPECT_GE(lc.train.context, 8192);
+  EXPECT_EQ(lc.train.batch_size, 1);
+  EXPECT_EQ(l.regimes, (std::vector<std::string>{"full", "full_adaptive", "coverage_matched"}));
+  EXPECT_EQ(l.seeds, std::vector<int>{0});
   EXPECT_NE(test::error_of([] { suite_preset("nope"); }).find("known: smoke, cpu-small"), std::string::npos);
 }
 
@@ -184,8 +193,10 @@ std::map<std::string, std::map<std::string, double>> read_runs_csv(const std::st
     std::stringstream ls(line);
     std::vector<std::string> cells;
     for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    if (!line.empty() && line.back() == ',') cells.push_back("");  // getline drops a last empty cell
     EXPECT_EQ(cells.size(), cols.size()) << line;
-    for (size_t i = 2; i < cells.size() && i < cols.size(); i++) rows[cells[0]][cols[i]] = std::stod(cells[i]);
+    for (size_t i = 2; i < cells.size() && i < cols.size(); i++)  // an empty cell: no number (e.g. not reached)
+      rows[cells[0]][cols[i]] = cells[i].empty() ? NAN : std::stod(cells[i]);
   }
   return rows;
 }
@@ -220,6 +231,138 @@ std::string full_precision_text(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.10g", v);
   return b;
+}
+
+// Time to loss on hand-made metrics: the training seconds come from tokens / tokens_per_s (not elapsed_s, which here
+// includes made-up evaluation time), the crossing of full's final loss is interpolated between evaluations, targets
+// and ratios are paired by seed, and the report carries the numbers into report.json, runs.csv, summary.csv and the
+// markdown table.
+json metrics_line(int step, double tokens, double tps, double elapsed, double val_loss = NAN) {
+  json j = {{"step", step},        {"attn_ratio", 1.0},  {"pair_ratio", 1.0}, {"attn_work_ratio", 1.0},
+            {"tokens_per_s", tps}, {"peak_rss_mb", 1.0}, {"tokens", tokens},  {"elapsed_s", elapsed}};
+  if (std::isfinite(val_loss)) j["val_loss"] = val_loss;
+  return j;
+}
+
+TEST(Report, TimeToLossHandWorked) {
+  // full, seed 0: intervals of 1000 tokens at 100, 100, 50, 100 tokens/s = 10, 10, 20, 10 s; evaluations at steps 20
+  // (t = 20 s, loss 5.0) and 40 (t = 50 s, loss 4.0). elapsed_s (20, 45, 55) would count 5 s of evaluation.
+  const std::vector<json> full0 = {metrics_line(10, 1000, 100, 10), metrics_line(20, 2000, 100, 20, 5.0),
+                                   metrics_line(30, 3000, 50, 45), metrics_line(40, 4000, 100, 55, 4.0)};
+  const std::vector<LossAtTime> c = report_loss_by_time(full0);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].step, 20);
+  EXPECT_DOUBLE_EQ(c[0].seconds, 20);
+  EXPECT_DOUBLE_EQ(c[1].seconds, 50);
+  EXPECT_DOUBLE_EQ(c[1].loss, 4.0);
+  EXPECT_DOUBLE_EQ(report_time_to_loss(c, 4.0), 50);  // its own final loss, reached at its last evaluation
+  EXPECT_DOUBLE_EQ(report_time_to_loss(c, 4.5), 35);  // halfway from 5.0 at 20 s to 4.0 at 50 s
+  EXPECT_DOUBLE_EQ(report_time_to_loss(c, 6.0), 20);  // already below at the first evaluation
+  EXPECT_TRUE(std::isnan(report_time_to_loss(c, 3.9)));
+  // The other regime, seed 0: losses 4.6 (10 s), 3.8 (20 s), 3.9 (35 s). It first reaches 4.0 between 10 and 20 s:
+  // 10 + (4.6 - 4.0) / (4.6 - 3.8) * 10 = 17.5 s (not at the later 3.9), 17.5 / 50 = 0.35 of full's time.
+  const std::vector<json> fixed0 = {metrics_line(10, 1000, 100, 10, 4.6), metrics_line(20, 2000, 100, 22, 3.8),
+                                    metrics_line(30, 3000, 100, 34), metrics_line(40, 4000, 200, 40, 3.9)};
+  EXPECT_NEAR(report_time_to_loss(report_loss_by_time(fixed0), 4.0), 17.5, 1e-12);
+  // Without a tokens figure the seconds are elapsed_s; a line whose tokens go back does not count them either; an
+  // elapsed_s that goes back (a resumed process) leaves the time unknown.
+  std::vector<json> no_tokens = full0;
+  for (json& j : no_tokens) j.erase("tokens");
+  EXPECT_DOUBLE_EQ(report_loss_by_time(no_tokens)[1].seconds, 55);
+  std::vector<json> back = full0;
+  back[2]["tokens"] = 500;
+  EXPECT_DOUBLE_EQ(report_loss_by_time(back)[0].seconds, 20);
+  back[3]["elapsed_s"] = 5;
+  EXPECT_TRUE(std::isnan(report_loss_by_time(back)[1].seconds));
+
+  // The report, on a hand-made suite of two seeds. Seed 1: full evaluates 5.2 at 20 s and 4.2 at 40 s (target 4.2,
+  // its time 40 s); fixed_window_16 4.5 at 10 s and 4.0 at 30 s: 10 + (4.5 - 4.2) / (4.5 - 4.0) * 20 = 22 s, ratio
+  // 0.55. random_window does not reach 4.0 on seed 0 and is at 4.1 <= 4.2 at its first evaluation (20 s) on seed 1.
+  const test::TempDir tmp("ttl");
+  const std::string dir = tmp.path + "/suite";
+  auto add_run = [&](const std::string& regime, int seed, const std::vector<json>& lines) {
+    Config cfg;
+    config_set(cfg, "aah.regime=" + regime);
+    for (const char* s :
+         {"vocab_size=64", "hidden_size=16", "intermediate_size=32", "num_hidden_layers=1", "num_attention_heads=2",
+          "num_key_value_heads=2", "head_dim=8", "train.context=64", "train.steps=40"})
+      config_set(cfg, s);
+    config_set(cfg, "train.seed=" + std::to_string(seed));
+    const std::string rd = dir + "/runs/" + regime + "-s" + std::to_string(seed);
+    make_dirs(rd);
+    write_file_atomic(rd + "/config.json", config_to_json(cfg).dump(2));
+    std::string m;
+    for (const json& j : lines) m += j.dump() + "\n";
+    write_file_atomic(rd + "/metrics.jsonl", m);
+    const json ev = {
+        {"val_loss", 1.0},         {"val_ppl", 2.7},      {"inference_acr", 1.0}, {"pair_ratio", 1.0},
+        {"attn_work_ratio", 1.0},  {"tokens_per_s", 1.0}, {"peak_rss_mb", 1.0},   {"window_fractions", json::object()},
+        {"window_map", {{64, 64}}}};
+    write_file_atomic(rd + "/eval.json", ev.dump());
+  };
+  add_run("full", 0, full0);
+  add_run("full", 1, {metrics_line(20, 2000, 100, 20, 5.2), metrics_line(40, 4000, 100, 45, 4.2)});
+  add_run("fixed_window_16", 0, fixed0);
+  add_run("fixed_window_16", 1, {metrics_line(20, 2000, 200, 10, 4.5), metrics_line(40, 4000, 100, 35, 4.0)});
+  add_run("random_window", 0, {metrics_line(20, 2000, 100, 20, 4.5), metrics_line(40, 4000, 100, 45, 4.1)});
+  add_run("random_window", 1, {metrics_line(20, 2000, 100, 20, 4.1), metrics_line(40, 4000, 100, 45, 4.0)});
+  report_write(dir);
+  const json rep = json::parse(read_file(dir + "/report.json"));
+  ASSERT_EQ(rep["time_to_loss"].size(), 3u);
+  const json& f = rep["time_to_loss"][0];
+  EXPECT_EQ(f["regime"], "full");
+  EXPECT_DOUBLE_EQ(f["time_to_full_loss_s"]["mean"].get<double>(), 45);  // 50 and 40
+  EXPECT_DOUBLE_EQ(f["ratio_to_full"]["mean"].get<double>(), 1);
+  EXPECT_DOUBLE_EQ(f["train_seconds"]["mean"].get<double>(), 45);
+  const json& x = rep["time_to_loss"][1];
+  EXPECT_EQ(x["regime"], "fixed_window_16");
+  EXPECT_EQ(x["reached"], 2);
+  EXPECT_DOUBLE_EQ(x["final_val_loss"]["mean"].get<double>(), (3.9 + 4.0) / 2);
+  EXPECT_DOUBLE_EQ(x["train_seconds"]["mean"].get<double>(), (35 + 30) / 2.0);
+  EXPECT_NEAR(x["time_to_full_loss_s"]["mean"].get<double>(), (17.5 + 22) / 2, 1e-12);
+  EXPECT_NEAR(x["ratio_to_full"]["mean"].get<double>(), (0.35 + 0.55) / 2, 1e-12);
+  // Two values: half-width t(1) * |a - b| / 2.
+  EXPECT_NEAR(x["ratio_to_full"]["hi95"].get<double>() - 0.45, 12.706 * 0.2 / 2, 1e-9);
+  EXPECT_NEAR(x["time_to_full_loss_s"]["hi95"].get<double>() - 19.75, 12.706 * 4.5 / 2, 1e-9);
+  const json& y = rep["time_to_loss"][2];
+  EXPECT_EQ(y["regime"], "random_window");
+  EXPECT_EQ(y["reached"], 1);
+  EXPECT_DOUBLE_EQ(y["time_to_full_loss_s"]["mean"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(y["ratio_to_full"]["mean"].get<double>(), 0.5);
+  // The same numbers per run in runs.csv (not reached: an empty cell) and in the markdown table.
+  const std::string runs_csv = read_file(dir + "/runs.csv");
+  EXPECT_NE(runs_csv.find(",train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n"), std::string::npos);
+  EXPECT_NE(runs_csv.find(",35,17.5,0.35\n"), std::string::npos) << runs_csv;
+  EXPECT_NE(runs_csv.find(",30,22,0.55\n"), std::string::npos) << runs_csv;
+  EXPECT_NE(runs_csv.find("random_window-s0,random_window,0,"), std::string::npos);
+  EXPECT_NE(runs_csv.find(",40,,\n"), std::string::npos) << runs_csv;
+  EXPECT_NE(read_file(dir + "/summary.csv").find("fixed_window_16,time_to_loss,time_to_full_loss_ratio,2,0.45,"),
+            std::string::npos);
+  EXPECT_NE(read_file(dir + "/val_loss_time.csv").find("fixed_window_16-s0,fixed_window_16,0,20,20,3.8\n"),
+            std::string::npos);
+  const std::string md = read_file(dir + "/report.md");
+  EXPECT_NE(md.find("| fixed_window_16 | 2 | " + fixed(3.95, 4) + " ± " + fixed(12.706 * 0.1 / 2, 4) + " | " +
+                    fixed(32.5, 1) + " ± " + fixed(12.706 * 5 / 2, 1) + " | " +
+                    fixed(x["time_to_full_loss_s"]["mean"].get<double>(), 1) + " ± " + fixed(12.706 * 4.5 / 2, 1) +
+                    " | " + fixed(0.45, 3) + " ± " + fixed(12.706 * 0.2 / 2, 3) + " |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| random_window | 2 | " + fixed(4.05, 4) + " ± " + fixed(12.706 * 0.1 / 2, 4) + " | " +
+                    fixed(40, 1) + " ± 0.0 | 20.0 (1 of 2 seeds) | 0.500 (1 of 2 seeds) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("- **fixed_window_16** reached full's final validation loss after " +
+                    fixed(x["time_to_full_loss_s"]["mean"].get<double>(), 1) +
+                    " s of training, 0.450 of full's time (45.0 s), 95% CI [" + fixed(0.45 - 12.706 * 0.1, 3) + ", " +
+                    fixed(0.45 + 12.706 * 0.1, 3) + "]."),
+            std::string::npos)
+      << md;
+  // Full's time in the sentence is on the seeds reached: seed 1's 40 s.
+  EXPECT_NE(md.find("- **random_window** reached full's final validation loss after 20.0 s of training (1 of 2 seeds), "
+                    "0.500 of full's time (40.0 s)."),
+            std::string::npos)
+      << md;
+  EXPECT_TRUE(fs::exists(dir + "/figures/val_loss_time.svg"));
 }
 
 TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
@@ -261,6 +404,18 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
         {"eval_attn_work_ratio", ev["attn_work_ratio"].get<double>()},
         {"eval_tokens_per_s", ev["tokens_per_s"].get<double>()},  {"eval_peak_rss_mb", ev["peak_rss_mb"].get<double>()}};
     for (auto [col, v] : expect) EXPECT_NEAR(row.at(col), v, 1e-9 * std::max(1.0, std::fabs(v))) << run << " " << col;
+    // Training seconds: the log intervals' tokens / tokens/s, summed (evaluation excluded); full reaches its own
+    // final loss in its own time.
+    double secs = 0, prev_tokens = 0;
+    for (const auto& j : lines) {
+      secs += (j["tokens"].get<double>() - prev_tokens) / j["tokens_per_s"].get<double>();
+      prev_tokens = j["tokens"].get<double>();
+    }
+    EXPECT_NEAR(row.at("train_time_s"), secs, 1e-9 * secs) << run;
+    EXPECT_LT(secs, last["elapsed_s"].get<double>()) << run << ": elapsed_s includes the evaluations";
+    if (regime == "full") {
+      EXPECT_EQ(row.at("time_to_full_loss_ratio"), 1.0);
+    }
     // The markdown tables show the same numbers, rounded, on the regime's rows.
     const size_t tables = md.find("## Training (the paper's Table 4)");
     ASSERT_NE(tables, std::string::npos);
@@ -297,8 +452,9 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
     EXPECT_TRUE(well_formed_xml(e.path().string()));
     EXPECT_TRUE(renders(e.path().string(), dir + "/render.png"));
   }
-  // 5 + one window map per regime + the two headline figures + loss by position and its Δ vs full.
-  EXPECT_EQ(figures, 5 + int(p.regimes.size()) + 2 + 2);
+  // 6 (val_loss_time.svg among them) + one window map per regime + the two headline figures + loss by position and
+  // its Δ vs full.
+  EXPECT_EQ(figures, 6 + int(p.regimes.size()) + 2 + 2);
   // Loss by position: the report's mean per bucket (one seed) is the run's own eval.json value.
   const std::string pos = read_file(dir + "/loss_by_position.csv");
   const json ev_full = json::parse(read_file(dir + "/runs/full-s0/eval.json"));

@@ -39,6 +39,41 @@ std::vector<std::string> main_sets(int steps) {
 }
 constexpr int kMainSteps = 200;
 
+// Preset "long" (issue 16: does AAH reach full attention's loss sooner?). main's model (4 layers, 4 heads of 32, width
+// 128, 1.0M parameters) at context 8192, windows 1024/2048/4096/8192, 300 steps of 1 x 8192 tokens (2.5M tokens,
+// 0.58 epoch), learning rate as in main (a 40-step check at 4e-3 fell steadily, no spikes).
+// Corpus: the Python standard library, one document per .py file, BPE 1,024 (4.24M training tokens in 634
+// documents; mean 6,683 tokens, median 3,232, 90th percentile 17,815). Long enough for this context: 68% of the
+// training tokens lie in documents of 8,192 tokens or more, 41% have 8,191 or more tokens of their own document
+// before them, and 73% of the causal (query, key) pairs of a random 8,192-token training window lie within one
+// document (Brown's documents, ~4,500 tokens at this vocabulary, would leave most of the context to other ones).
+// Validation: the first 4 windows of 8,192 tokens (train.eval_windows), 76% of their pairs within one document.
+// Time, measured on this project's 2-core AMD EPYC (idle, 2 threads, 12 training steps per regime): full 2.2 s per
+// step; full_adaptive 1.5-1.75 s at pair ratio 0.57-0.75 (its windows of the first steps); coverage at pair budget
+// 0.5 1.2 s plus 0.55 s of mass measurement every 5th step (1.3 s mean), at budget 0.739 1.8 s; an evaluation
+// window 0.72 s at full windows. Predicted suite: full ~11.6 min (300 steps, 10 evaluations of 4 windows, the final
+// aah eval), full_adaptive ~7.7-9.2 min and coverage_matched ~8.3-9.8 min (pair ratio 0.55-0.75), timing ~1.2 min:
+// ~29-32 minutes; ~36.5 at most, were every regime as slow as full plus the mass measurement.
+std::vector<std::string> long_sets(int steps) {
+  return {"vocab_size=1024",
+          "hidden_size=128",
+          "intermediate_size=384",
+          "num_hidden_layers=4",
+          "num_attention_heads=4",
+          "num_key_value_heads=4",
+          "head_dim=32",
+          "train.context=8192",
+          "train.batch_size=1",
+          "train.steps=" + std::to_string(steps),
+          "train.lr=4e-3",
+          "train.min_lr=3e-4",
+          "train.warmup_steps=" + std::to_string(steps / 10),
+          "train.log_interval=10",
+          "train.eval_interval=" + std::to_string(std::max(10, steps / 10)),
+          "train.eval_windows=4"};
+}
+constexpr int kLongSteps = 300;
+
 // The retrieval preset's synth corpus, tuned by measurement (README, "Retrieval"): 32 keys, each defined at most
 // once per 256-token document and consecutive documents from alternate halves (no older DEF of an asked key to
 // confuse), 16 values, a DEF at 8% of the grammar
@@ -63,7 +98,8 @@ constexpr int kRetrievalBaseSteps = 12000;
 }  // namespace
 
 const std::vector<std::string>& suite_preset_names() {
-  static const std::vector<std::string> names = {"smoke", "cpu-small", "main", "baselines", "retrieval", "screening", "diagnostics", "paper-4096"};
+  static const std::vector<std::string> names = {"smoke",     "cpu-small", "main",        "baselines", "long",
+                                                 "retrieval", "screening", "diagnostics", "paper-4096"};
   return names;
 }
 
@@ -100,6 +136,17 @@ SuitePreset suite_preset(const std::string& name) {
     p.sets = main_sets(kMainSteps);
     p.regimes = {"full", "full_adaptive", "fixed_matched", "coverage", "random_window", "deterministic_window"};
     p.seeds = {0, 1, 2};
+  } else if (name == "long") {
+    // Time to loss at long context: full attention, the paper's full_adaptive and the need-aware policy at
+    // full_adaptive's final pair ratio (coverage_matched: plain `coverage` at threshold 0.95 kept full windows in the
+    // main job, i.e. full's cost plus its measurement; give --regimes full,full_adaptive,coverage to run it).
+    p.summary =
+        "Python stdlib (long documents), 1.0M-parameter model, context 8192: full, full_adaptive and the "
+        "coverage policy at full_adaptive's pair ratio, 1 seed, 300 steps (~30 minutes; full 2.2 s per step)";
+    p.data = "code", p.data_vocab = 1024;
+    p.sets = long_sets(kLongSteps);
+    p.regimes = {"full", "full_adaptive", "coverage_matched"};
+    p.seeds = {0};
   } else if (name == "retrieval") {
     // Ground truth for long-range heads (issue 15): synth key/value recall, where some heads must reach back. The
     // copy (an induction circuit) forms only after ~4,000-7,000 steps of this model, too late for 24 runs from

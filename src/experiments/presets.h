@@ -11,7 +11,7 @@ namespace aah {
 struct SuitePreset {
   std::string name;
   std::string summary;  // one line for --help and the report
-  std::string data;     // "synth" or "brown"
+  std::string data;     // "synth", "brown" or "code" (as `aah data`)
   int data_vocab = 0;   // vocabulary of the data's tokenizer
   SynthOptions synth;              // synth only: the generator's settings (vocab_size = data_vocab)
   std::vector<std::string> sets;   // config assignments, applied in order (model, train.*, aah.* knobs)

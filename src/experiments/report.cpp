@@ -32,6 +32,7 @@ struct RunData {
   json eval;                // eval.json
   json probe;               // probe.json (`aah probe heads`, the suite writes it for full runs on synth), or null
   std::map<std::string, double> train;  // training-table numbers
+  std::vector<LossAtTime> curve;        // validation loss against training seconds (report_loss_by_time)
 };
 
 double number(const json& j, const char* key, const std::string& file, int line = 0) {
@@ -73,6 +74,7 @@ RunData read_run(const std::string& dir, const std::string& name) {
              {"peak_mb", peak},
              {"levels_used", last.value("levels_used", 0.0)},
              {"steps", last["step"].get<double>()}};
+  r.curve = report_loss_by_time(r.lines);  // its last point is the last line's (it has val_loss)
   const std::string epath = dir + "/eval.json";
   r.eval = read_json_file(epath);
   report_check_eval(r.eval, epath);
@@ -117,6 +119,10 @@ std::string cell(const MeanInterval& m, int decimals) {
 }
 
 json interval_json(const MeanInterval& m) { return {{"n", m.n}, {"mean", m.mean}, {"lo95", m.lo}, {"hi95", m.hi}}; }
+// The same, with null numbers when no value was finite (n = 0: e.g. a loss no seed reached).
+json interval_json_or_null(const MeanInterval& m) {
+  return m.n ? interval_json(m) : json{{"n", 0}, {"mean", nullptr}, {"lo95", nullptr}, {"hi95", nullptr}};
+}
 
 std::string safe_name(const std::string& s) {
   std::string o;
@@ -312,6 +318,53 @@ std::vector<json> report_parse_metrics(const std::string& text, const std::strin
   return lines;
 }
 
+std::vector<LossAtTime> report_loss_by_time(const std::vector<json>& lines) {
+  // Training seconds at every line: from the throughput (training time only), else elapsed_s, else unknown.
+  std::vector<double> sec(lines.size(), NAN);
+  double t = 0, prev = 0;
+  for (size_t i = 0; i < lines.size(); i++) {
+    const json& j = lines[i];
+    const double tokens = j.contains("tokens") && j["tokens"].is_number() ? j["tokens"].get<double>() : NAN;
+    const double tps =
+        j.contains("tokens_per_s") && j["tokens_per_s"].is_number() ? j["tokens_per_s"].get<double>() : NAN;
+    if (!(tokens >= prev && tps > 0 && std::isfinite(tokens) && std::isfinite(tps))) {
+      std::fill(sec.begin(), sec.end(), NAN);
+      break;
+    }
+    t += (tokens - prev) / tps, prev = tokens;
+    sec[i] = t;
+  }
+  if (!lines.empty() && !std::isfinite(sec.back())) {  // no usable throughput: elapsed_s, if it never goes back
+    double last = 0;
+    for (size_t i = 0; i < lines.size(); i++) {
+      const json& j = lines[i];
+      const double e = j.contains("elapsed_s") && j["elapsed_s"].is_number() ? j["elapsed_s"].get<double>() : NAN;
+      if (!(e >= last && std::isfinite(e))) {
+        std::fill(sec.begin(), sec.end(), NAN);
+        break;
+      }
+      sec[i] = last = e;
+    }
+  }
+  std::vector<LossAtTime> curve;
+  for (size_t i = 0; i < lines.size(); i++)
+    if (lines[i].contains("val_loss") && lines[i]["val_loss"].is_number() && lines[i].contains("step") &&
+        lines[i]["step"].is_number_integer())
+      curve.push_back({lines[i]["step"].get<int>(), sec[i], lines[i]["val_loss"].get<double>()});
+  return curve;
+}
+
+double report_time_to_loss(const std::vector<LossAtTime>& c, double target) {
+  if (!std::isfinite(target)) return NAN;
+  for (size_t i = 0; i < c.size(); i++) {
+    if (!(c[i].loss <= target)) continue;
+    if (i == 0 || !std::isfinite(c[i - 1].loss)) return c[i].seconds;
+    const LossAtTime &a = c[i - 1], &b = c[i];  // a.loss > target >= b.loss
+    return a.seconds + (a.loss - target) / (a.loss - b.loss) * (b.seconds - a.seconds);
+  }
+  return NAN;
+}
+
 void report_check_eval(const json& e, const std::string& name) {
   if (!e.is_object()) fail("[report] ", name, ": not a JSON object");
   for (const char* k : {"val_loss", "val_ppl", "inference_acr", "pair_ratio", "attn_work_ratio", "tokens_per_s",
@@ -464,6 +517,22 @@ void report_write(const std::string& dir) {
   auto paired = [&](const std::string& g, const Column& c) {
     return over_seeds(g, [&](const RunData& r) { return value_of(r, c); }).second;
   };
+  // Time to loss: the training seconds at which a run's validation curve first reaches the final validation loss of
+  // full's run of the same seed (NaN: not reached, or no such full run), and its ratio to full's own time to it.
+  auto full_of = [&](const RunData& r) -> const RunData* {
+    for (const RunData* f : runs_of("full"))
+      if (f->seed == r.seed) return f;
+    return nullptr;
+  };
+  auto train_seconds = [](const RunData& r) { return r.curve.back().seconds; };
+  auto time_to_full_loss = [&](const RunData& r) {
+    const RunData* f = full_of(r);
+    return f ? report_time_to_loss(r.curve, f->train.at("val_loss")) : NAN;
+  };
+  auto time_to_full_loss_ratio = [&](const RunData& r) {
+    const RunData* f = full_of(r);
+    return f ? time_to_full_loss(r) / time_to_full_loss(*f) : NAN;
+  };
 
   json out = {{"suite", suite}, {"runs", json::array()}, {"regimes", json::array()}, {"unfinished", unfinished}};
   Table train_t, eval_t, diff_t;
@@ -563,6 +632,65 @@ void report_write(const std::string& dir) {
     summary_md += str_cat("- **", g, "**: validation loss: ", verdict(d, 4, " nats"), "; ", time_text,
                           "; attention work ", fixed(work_ratio, 3), " of full's.\n");
   }
+
+  // Time to loss: does a regime reach full's final validation loss sooner (in training seconds)?
+  Table ttl_t;
+  ttl_t.header = {
+      "regime", "seeds", "final val loss", "training s", "time to full's final val loss (s)", "ratio to full's time"};
+  json ttl_json = json::array();
+  std::string ttl_md;  // one sentence per regime
+  for (const auto& g : regimes) {
+    const auto rs = runs_of(g);
+    std::vector<double> loss, secs, ttl, ratio;
+    for (const RunData* r : rs) {
+      loss.push_back(r->train.at("val_loss")), secs.push_back(train_seconds(*r));
+      ttl.push_back(time_to_full_loss(*r)), ratio.push_back(time_to_full_loss_ratio(*r));
+    }
+    const MeanInterval ml = mean_interval(loss), ms = mean_interval(secs), mt = mean_interval(ttl),
+                       mr = mean_interval(ratio);
+    // mean_interval counts the finite values: the seeds that reached the loss.
+    auto reached_cell = [&](const MeanInterval& m, int decimals) {
+      if (!have_full) return std::string("–");
+      if (m.n == 0) return std::string("not reached");
+      return cell(m, decimals) + (size_t(m.n) < rs.size() ? str_cat(" (", m.n, " of ", rs.size(), " seeds)") : "");
+    };
+    ttl_t.rows.push_back(
+        {g, std::to_string(rs.size()), cell(ml, 4), cell(ms, 1), reached_cell(mt, 1), reached_cell(mr, 3)});
+    ttl_json.push_back({{"regime", g},
+                        {"seeds", rs.size()},
+                        {"final_val_loss", interval_json(ml)},
+                        {"train_seconds", interval_json_or_null(ms)},
+                        {"time_to_full_loss_s", interval_json_or_null(mt)},
+                        {"ratio_to_full", interval_json_or_null(mr)},
+                        {"reached", have_full ? json(mt.n) : json(nullptr)}});
+    for (const auto& [metric, m] : {std::pair{"train_time_s", ms}, std::pair{"time_to_full_loss_s", mt},
+                                    std::pair{"time_to_full_loss_ratio", mr}})
+      csv_summary += str_cat(csv_field(g), ",time_to_loss,", metric, ",", m.n, ",", full_precision(m.n ? m.mean : NAN),
+                             ",", full_precision(m.n ? m.lo : NAN), ",", full_precision(m.n ? m.hi : NAN), "\n");
+    if (!have_full || g == "full" || ms.n == 0) continue;  // no full, or no training time in the logs
+    // Full's own time to its final loss, on the seeds this regime reached it.
+    std::vector<double> full_ttl;
+    for (const RunData* r : rs)
+      if (const RunData* f = full_of(*r); f && std::isfinite(time_to_full_loss(*r)))
+        full_ttl.push_back(time_to_full_loss(*f));
+    const double full_s = mean_interval(full_ttl).mean;
+    ttl_md +=
+        mt.n == 0
+            ? str_cat("- **", g, "** did not reach full's final validation loss in its ", fixed(ms.mean, 1),
+                      " s of training (final ", fixed(ml.mean, 4), ").\n")
+            : str_cat("- **", g, "** reached full's final validation loss after ", fixed(mt.mean, 1), " s of training",
+                      size_t(mt.n) < rs.size() ? str_cat(" (", mt.n, " of ", rs.size(), " seeds)") : "", ", ",
+                      fixed(mr.mean, 3), " of full's time (", fixed(full_s, 1), " s)",
+                      mr.n >= 2 ? str_cat(", 95% CI [", fixed(mr.lo, 3), ", ", fixed(mr.hi, 3), "]") : "", ".\n");
+  }
+  const std::string ttl_note =
+      "Training seconds exclude evaluation: at each evaluation, the run's training time so far, summed over its log "
+      "intervals as tokens / (tokens/s) from metrics.jsonl (`aah train` times its throughput between log lines, "
+      "leaving out the evaluation and the logging; elapsed_s would count the earlier evaluations). The target is the "
+      "final validation loss (training evaluation, train.eval_windows windows) of full's run of the same seed; the "
+      "time to reach it is interpolated linearly between the evaluation before and the first at or below it; the ratio "
+      "is to full's own time to that loss, per seed. The runs of a suite train one after another: their times compare "
+      "as far as the machine's load stayed the same.";
 
   // Retrieval accuracy by DEF-ASK distance (synth data): per regime mean over seeds, paired difference from full.
   Table retr_t;
@@ -707,13 +835,30 @@ void report_write(const std::string& dir) {
   std::string csv_runs = "run,regime,seed";
   for (const auto& c : kTrainColumns) csv_runs += str_cat(",train_", c.key);
   for (const auto& c : kEvalColumns) csv_runs += str_cat(",eval_", c.key);
-  csv_runs += "\n";
+  csv_runs += ",train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n";
+  std::string csv_curve = "run,regime,seed,step,train_time_s,val_loss\n";
   for (const auto& r : runs) {
     csv_runs += str_cat(csv_field(r.name), ",", csv_field(r.regime), ",", r.seed);
     for (const auto& c : kTrainColumns) csv_runs += "," + full_precision(value_of(r, c));
     for (const auto& c : kEvalColumns) csv_runs += "," + full_precision(value_of(r, c));
-    csv_runs += "\n";
-    json jr = {{"run", r.name}, {"regime", r.regime}, {"seed", r.seed}, {"train", r.train}, {"eval", r.eval}};
+    csv_runs += str_cat(",", full_precision(train_seconds(r)), ",", full_precision(time_to_full_loss(r)), ",",
+                        full_precision(time_to_full_loss_ratio(r)), "\n");
+    json curve = json::array();
+    for (const LossAtTime& p : r.curve) {
+      curve.push_back({{"step", p.step}, {"train_seconds", p.seconds}, {"val_loss", p.loss}});
+      csv_curve += str_cat(csv_field(r.name), ",", csv_field(r.regime), ",", r.seed, ",", p.step, ",",
+                           full_precision(p.seconds), ",", full_precision(p.loss), "\n");
+    }
+    json jr = {{"run", r.name},
+               {"regime", r.regime},
+               {"seed", r.seed},
+               {"train", r.train},
+               {"eval", r.eval},
+               {"time",
+                {{"train_seconds", train_seconds(r)},
+                 {"time_to_full_loss_s", time_to_full_loss(r)},
+                 {"time_to_full_loss_ratio", time_to_full_loss_ratio(r)},
+                 {"val_loss_curve", curve}}}};
     out["runs"].push_back(jr);
   }
 
@@ -765,6 +910,36 @@ void report_write(const std::string& dir) {
   add_figure("val_loss.svg", "Validation loss over training" + seeds_note,
              svg_line_chart({"Validation loss" + seeds_note, "optimizer step", "validation loss (nats/token)",
                              series_of("val_loss")}));
+  {
+    // Validation loss against training seconds: at each evaluation step, the mean over seeds of both.
+    SvgLineChart c{"Validation loss against training time" + seeds_note,
+                   "training wall-clock seconds (evaluation excluded)",
+                   "validation loss (nats/token)",
+                   {}};
+    for (const auto& g : regimes) {
+      std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_step;
+      for (const RunData* r : runs_of(g))
+        for (const LossAtTime& p : r->curve)
+          by_step[p.step].first.push_back(p.seconds), by_step[p.step].second.push_back(p.loss);
+      SvgSeries sr;
+      sr.name = g;
+      for (auto& [step, v] : by_step) {
+        const MeanInterval t = mean_interval(v.first), l = mean_interval(v.second);
+        if (t.n == 0 || l.n == 0) continue;  // no usable time
+        sr.x.push_back(t.mean), sr.y.push_back(l.mean);
+      }
+      c.series.push_back(std::move(sr));
+    }
+    std::vector<double> full_final;
+    for (const RunData* f : runs_of("full")) full_final.push_back(f->train.at("val_loss"));
+    if (have_full) c.ref_y = mean_interval(full_final).mean;
+    add_figure("val_loss_time.svg",
+               "Validation loss against training wall-clock seconds" + seeds_note +
+                   ": at each evaluation, the seconds of training before it, from the logs' tokens / (tokens/s), so "
+                   "evaluation time is excluded (metrics.jsonl's elapsed_s would include the earlier evaluations)" +
+                   (have_full ? "; dashed: full's final validation loss" : ""),
+               svg_line_chart(c));
+  }
   add_figure("val_loss_late.svg", "Validation loss, second half of training (zoom)",
              svg_line_chart({"Validation loss, late training (zoom)", "optimizer step", "validation loss (nats/token)",
                              series_of("val_loss"), max_step / 2.0}));
@@ -874,6 +1049,7 @@ void report_write(const std::string& dir) {
   std::string md = "# aah suite report\n\n" + setup + "\n\n";
   if (!summary_md.empty()) md += "## Summary: what survives\n\n" + seeds_line + "\n\n" + summary_md + "\n";
   if (!time_t.rows.empty()) md += "## Time side by side\n\n" + markdown(time_t) + "\n" + timing_note + "\n";
+  md += "## Time to loss\n\n" + markdown(ttl_t) + "\n" + (ttl_md.empty() ? "" : ttl_md + "\n") + ttl_note + "\n\n";
   if (!retr_t.rows.empty()) md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr_t) + "\n";
   if (!heads_t.rows.empty()) md += "## Heads that matter, and the windows they got\n\n" + markdown(heads_t) + "\n" + heads_note + "\n\n";
   md += "## Training (the paper's Table 4)\n\n" + markdown(train_t) + "\n## Inference (the paper's Table 6)\n\n" +
@@ -901,6 +1077,19 @@ void report_write(const std::string& dir) {
     html += "</ul>\n";
   }
   if (!time_t.rows.empty()) html += "<h2>Time side by side</h2>\n" + html_table(time_t) + "<p>" + svg_escape(timing_note) + "</p>\n";
+  html += "<h2>Time to loss</h2>\n" + html_table(ttl_t);
+  if (!ttl_md.empty()) {
+    html += "<ul>\n";
+    for (size_t at = 0; at < ttl_md.size();) {  // the markdown list, one item per line, bold markers dropped
+      const size_t end = ttl_md.find('\n', at);
+      std::string item = ttl_md.substr(at + 2, end - at - 2);
+      std::erase(item, '*');
+      html += "<li>" + svg_escape(item) + "</li>\n";
+      at = end + 1;
+    }
+    html += "</ul>\n";
+  }
+  html += "<p>" + svg_escape(ttl_note) + "</p>\n";
   if (!retr_t.rows.empty()) html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr_t);
   if (!heads_t.rows.empty())
     html += "<h2>Heads that matter, and the windows they got</h2>\n" + html_table(heads_t) + "<p>" + svg_escape(heads_note) + "</p>\n";
@@ -913,7 +1102,9 @@ void report_write(const std::string& dir) {
   html += "<p>" + svg_escape(notes) + "</p>\n</body>\n</html>\n";
   out["tables"] = {{"training", {{"header", train_t.header}, {"rows", train_t.rows}}},
                    {"inference", {{"header", eval_t.header}, {"rows", eval_t.rows}}},
-                   {"paired", {{"header", diff_t.header}, {"rows", diff_t.rows}}}};
+                   {"paired", {{"header", diff_t.header}, {"rows", diff_t.rows}}},
+                   {"time_to_loss", {{"header", ttl_t.header}, {"rows", ttl_t.rows}}}};
+  out["time_to_loss"] = ttl_json;
   out["headline"] = headline;
   if (!timing.is_null()) out["timing"] = timing;
   if (!retrieval_json.empty()) out["retrieval"] = retrieval_json;
@@ -923,9 +1114,12 @@ void report_write(const std::string& dir) {
   write_file_atomic(dir + "/report.html", html);
   write_file_atomic(dir + "/runs.csv", csv_runs);
   write_file_atomic(dir + "/summary.csv", csv_summary);
+  write_file_atomic(dir + "/val_loss_time.csv", csv_curve);
   write_file_atomic(dir + "/report.json", out.dump(2) + "\n");
   std::printf("%s\n", md.substr(0, md.find("\n## Window buckets")).c_str());
-  std::fprintf(stderr, "[report] wrote %s/report.md, report.html, runs.csv, summary.csv, report.json, figures/ (%zu)\n",
+  std::fprintf(stderr,
+               "[report] wrote %s/report.md, report.html, runs.csv, summary.csv, val_loss_time.csv, report.json, "
+               "figures/ (%zu)\n",
                dir.c_str(), figures.size());
 }
 

@@ -5,9 +5,11 @@
 // DIR/report.html     the same, self-contained (figures inline as SVG)
 // DIR/runs.csv        one row per run, every number of the tables
 // DIR/summary.csv     one row per regime: mean, 95% interval low and high of each number over seeds
+// DIR/val_loss_time.csv  every run's validation loss at each evaluation, with its training seconds so far
 // DIR/report.json     all of it, with the per-step series of the figures
-// DIR/figures/*.svg   validation loss (and late zoom), ACR, hierarchy levels used over steps; the window-bucket
-//                     heatmap (regime x window); per regime the final layer x head window map
+// DIR/figures/*.svg   validation loss over steps (and late zoom) and over training seconds, ACR, hierarchy levels
+//                     used over steps; the window-bucket heatmap (regime x window); per regime the final layer x
+//                     head window map
 #pragma once
 #include <string>
 #include <vector>
@@ -25,6 +27,21 @@ std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const 
 void report_check_eval(const nlohmann::json& eval, const std::string& name);
 // probe.json: heads [{layer, head, def_mass, accuracy_drop}], one per head of a layers x heads model.
 void report_check_probe(const nlohmann::json& probe, int layers, int heads, const std::string& name);
+
+// Time to loss. A run's validation loss against its training wall time: at each evaluation (a metrics line with
+// val_loss), the seconds of training so far. They are summed over the log intervals as (tokens - the previous
+// line's tokens) / tokens_per_s: `aah train` times its throughput between log lines with the evaluation and the
+// line's writing left out, so the sum is training time only (optimizer steps, controller, coverage measurement),
+// and it continues across a resume. (elapsed_s, by contrast, counts the earlier evaluations and restarts at 0 in a
+// resumed process; it is used only when a line has no tokens figure.) Seconds are NaN when neither is usable.
+struct LossAtTime {
+  int step = 0;
+  double seconds = 0, loss = 0;
+};
+std::vector<LossAtTime> report_loss_by_time(const std::vector<nlohmann::json>& lines);
+// The first time `curve` reaches `target` (loss <= target): interpolated linearly between the evaluation before and
+// the first at or below the target; the first evaluation's time when it is already there; NaN when never reached.
+double report_time_to_loss(const std::vector<LossAtTime>& curve, double target);
 
 // 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
 double t_quantile_975(int df);

@@ -88,6 +88,12 @@ void prepare_data(const SuitePreset& p, const std::string& dir) {
     co.force = true;
     co.vocab_size = p.data_vocab;
     brown_write(co);
+  } else if (p.data == "code") {  // the Python standard library, one document per .py file
+    CorpusOptions co;
+    co.out = dir;
+    co.force = true;
+    co.vocab_size = p.data_vocab;
+    code_write(co);
   } else {
     fail("[suite] preset ", p.name, ": unknown data '", p.data, "'");
   }
