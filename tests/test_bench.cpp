@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -204,6 +205,27 @@ TEST(Measure, ErraticWorkloadIsFlagged) {
 
 namespace aah {
 namespace {
+
+// The start-up check that sizes the OpenMP team (core/sys.h): n threads beside n busy processes get about half of
+// the n cores, and the measure says so (a measure of wall time instead of CPU time would say n).
+TEST(CpuCapacity, BusyProcessesLowerIt) {
+  const int n = std::max(1, num_threads());
+  std::vector<pid_t> spinners;
+  for (int i = 0; i < n; i++) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+      for (;;) spin(1 << 20);
+    }
+    spinners.push_back(child);
+  }
+  const double capacity = std::max(measure_cpu_capacity(n, 0.05), measure_cpu_capacity(n, 0.05));
+  for (pid_t c : spinners) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+  EXPECT_GT(capacity, 0.1);
+  EXPECT_LT(capacity, n - 0.3) << n << " threads beside " << n << " spinning processes";
+  // so choose_thread_count's rounding, int(capacity + 0.25), gives fewer than n threads
+}
 
 // The window sets the long-context benches time: the paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4,
 // 9.4% T/2, 20.1% T) on 8 heads, and its sampling on other head counts.

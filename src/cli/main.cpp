@@ -3,10 +3,12 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/sys.h"
 #include "dist/comm.h"
 #include "model/config.h"
 
 int main(int argc, char** argv) {
+  aah::choose_thread_count();  // fewer OpenMP threads when other processes hold cores (OMP_NUM_THREADS overrides)
   CLI::App app{
       "aah - Asymmetric Attention Heads: train, evaluate and benchmark decoder-only Transformers whose attention\n"
       "heads each get their own causal window.\n\n"

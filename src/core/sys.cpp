@@ -2,7 +2,12 @@
 
 #include <omp.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -39,6 +44,32 @@ size_t machine_memory_bytes() { return meminfo_bytes("MemTotal:"); }
 size_t available_memory_bytes() { return meminfo_bytes("MemAvailable:"); }
 
 int num_threads() { return omp_get_max_threads(); }
+
+double measure_cpu_capacity(int n, double seconds) {
+  double share_sum = 0;  // per thread: its CPU time / its own wall window (thread start-up is outside it)
+#pragma omp parallel num_threads(n) reduction(+ : share_sum)
+  {
+    timespec a{}, b{};
+    const double t0 = now_seconds();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    volatile uint64_t x = 1;
+    while (now_seconds() - t0 < seconds) x = x * 6364136223846793005ULL + 1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    const double cpu = double(b.tv_sec - a.tv_sec) + 1e-9 * double(b.tv_nsec - a.tv_nsec);
+    share_sum += cpu / std::max(1e-9, now_seconds() - t0);
+  }
+  return share_sum;
+}
+
+int choose_thread_count() {
+  const int n = omp_get_max_threads();
+  if (std::getenv("OMP_NUM_THREADS") || n <= 1) return n;
+  // the larger of two samples: a passing task can only make one look smaller
+  const double capacity = std::max(measure_cpu_capacity(n, 0.02), measure_cpu_capacity(n, 0.02));
+  const int free_cores = std::clamp(int(capacity + 0.25), 1, n);
+  if (free_cores < n) omp_set_num_threads(free_cores);
+  return free_cores;
+}
 
 std::string format_duration(double s) {
   char b[32];

@@ -11,6 +11,18 @@ double current_rss_mb();           // VmRSS of this process
 size_t machine_memory_bytes();     // MemTotal
 size_t available_memory_bytes();   // MemAvailable
 int num_threads();                 // OpenMP threads in use
+// The CPU time n threads get while each spins for `seconds` of wall time, summed and divided by that wall time:
+// about n on an idle machine, less where other processes hold cores (e.g. 1.33 for 2 threads on 2 cores that
+// share them with one busy process). Measured, because /proc/stat and the load average count the whole host in a
+// container, not the cores this process may use.
+double measure_cpu_capacity(int n, double seconds);
+// OpenMP's team size for this process, unless OMP_NUM_THREADS is set: the CPUs OpenMP sees, reduced to the
+// capacity measured at start (measure_cpu_capacity, twice 20 ms) when other processes keep some of them busy. A team
+// larger than the free cores waits at every barrier for a thread that is not running: a tiny model measured 7.6x
+// slower with 2 threads beside one busy process, and equal with 1 thread (README, "Busy machines"). Returns the
+// team size chosen. Results depend on the team size (float reduction order): set OMP_NUM_THREADS for
+// bit-identical reruns on a machine whose load changes.
+int choose_thread_count();
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // The CPU as benchmarks name it: /proc/cpuinfo's model name, its core count and the widest vector ISA this
 // build runs ("AMD EPYC, 2 cores, AVX2/FMA"); "unknown CPU" when /proc/cpuinfo cannot be read.
