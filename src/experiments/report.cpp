@@ -104,6 +104,19 @@ double value_of(const RunData& r, const Column& c) {
   return c.eval ? r.eval[c.key].get<double>() : r.train.at(c.key);
 }
 
+// A markdown list ("* item\n" per line) as an HTML <ul>, bold markers dropped.
+std::string html_list(const std::string& md) {
+  std::string html = "<ul>\n";
+  for (size_t at = 0; at < md.size();) {
+    const size_t end = md.find('\n', at);
+    std::string item = md.substr(at + 2, end - at - 2);
+    std::erase(item, '*');
+    html += "<li>" + svg_escape(item) + "</li>\n";
+    at = end + 1;
+  }
+  return html + "</ul>\n";
+}
+
 std::string fixed(double v, int decimals) {
   if (!std::isfinite(v)) return "–";
   char b[64];
@@ -1066,29 +1079,11 @@ void report_write(const std::string& dir) {
       "figure{margin:1.5em 0}figcaption{color:#555;font-size:0.9em}</style>\n</head>\n<body>\n"
       "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n";
   if (!summary_md.empty()) {
-    html += "<h2>Summary: what survives</h2>\n<p>" + svg_escape(seeds_line) + "</p>\n<ul>\n";
-    for (size_t at = 0; at < summary_md.size();) {  // the markdown list, one item per line, bold markers dropped
-      const size_t end = summary_md.find('\n', at);
-      std::string item = summary_md.substr(at + 2, end - at - 2);
-      std::erase(item, '*');
-      html += "<li>" + svg_escape(item) + "</li>\n";
-      at = end + 1;
-    }
-    html += "</ul>\n";
+    html += "<h2>Summary: what survives</h2>\n<p>" + svg_escape(seeds_line) + "</p>\n" + html_list(summary_md);
   }
   if (!time_t.rows.empty()) html += "<h2>Time side by side</h2>\n" + html_table(time_t) + "<p>" + svg_escape(timing_note) + "</p>\n";
   html += "<h2>Time to loss</h2>\n" + html_table(ttl_t);
-  if (!ttl_md.empty()) {
-    html += "<ul>\n";
-    for (size_t at = 0; at < ttl_md.size();) {  // the markdown list, one item per line, bold markers dropped
-      const size_t end = ttl_md.find('\n', at);
-      std::string item = ttl_md.substr(at + 2, end - at - 2);
-      std::erase(item, '*');
-      html += "<li>" + svg_escape(item) + "</li>\n";
-      at = end + 1;
-    }
-    html += "</ul>\n";
-  }
+  if (!ttl_md.empty()) html += html_list(ttl_md);
   html += "<p>" + svg_escape(ttl_note) + "</p>\n";
   if (!retr_t.rows.empty()) html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr_t);
   if (!heads_t.rows.empty())
