@@ -257,6 +257,13 @@ TEST(CorpusSynth, UniqueKeysValuesAndLogUniformDistances) {
   bad = o;
   bad.values = 200;
   EXPECT_NE(test::error_of([&] { synth_generate(bad); }).find("values 200"), std::string::npos);
+  bad = o;
+  bad.keys = 1;  // one key cannot alternate halves between documents: it used to generate no DEF at all
+  EXPECT_NE(test::error_of([&] { synth_generate(bad); }).find("--unique-keys needs at least 2 keys"), std::string::npos);
+  bad.unique_keys = false;
+  EXPECT_NO_THROW(synth_generate(bad));
+  bad.keys = 0;
+  EXPECT_NE(test::error_of([&] { synth_generate(bad); }).find("keys 0 must be at least 1"), std::string::npos);
 }
 
 TEST(CorpusCode, PythonStdlibDocuments) {

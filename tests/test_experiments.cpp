@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -259,6 +260,11 @@ TEST(Report, TimeToLossHandWorked) {
   EXPECT_DOUBLE_EQ(report_time_to_loss(c, 4.5), 35);  // halfway from 5.0 at 20 s to 4.0 at 50 s
   EXPECT_DOUBLE_EQ(report_time_to_loss(c, 6.0), 20);  // already below at the first evaluation
   EXPECT_TRUE(std::isnan(report_time_to_loss(c, 3.9)));
+  EXPECT_DOUBLE_EQ(report_loss_at_time(c, 35), 4.5);  // halfway from 5.0 at 20 s to 4.0 at 50 s
+  EXPECT_DOUBLE_EQ(report_loss_at_time(c, 20), 5.0);
+  EXPECT_DOUBLE_EQ(report_loss_at_time(c, 50), 4.0);
+  EXPECT_TRUE(std::isnan(report_loss_at_time(c, 10)));  // before the first evaluation
+  EXPECT_TRUE(std::isnan(report_loss_at_time(c, 51)));  // past the last
   // The other regime, seed 0: losses 4.6 (10 s), 3.8 (20 s), 3.9 (35 s). It first reaches 4.0 between 10 and 20 s:
   // 10 + (4.6 - 4.0) / (4.6 - 3.8) * 10 = 17.5 s (not at the later 3.9), 17.5 / 50 = 0.35 of full's time.
   const std::vector<json> fixed0 = {metrics_line(10, 1000, 100, 10, 4.6), metrics_line(20, 2000, 100, 22, 3.8),
@@ -329,6 +335,13 @@ TEST(Report, TimeToLossHandWorked) {
   EXPECT_EQ(y["reached"], 1);
   EXPECT_DOUBLE_EQ(y["time_to_full_loss_s"]["mean"].get<double>(), 20);
   EXPECT_DOUBLE_EQ(y["ratio_to_full"]["mean"].get<double>(), 0.5);
+  // At equal time. fixed_window_16 seed 0: 3.9 after 35 s, full seed 0 at 35 s: 4.5, so -0.6; seed 1: 4.0 after
+  // 30 s, full seed 1 at 30 s (5.2 at 20 s, 4.2 at 40 s): 4.7, so -0.7. random_window: 4.1 - (5.0 - 20 / 30) and
+  // 4.0 - 4.2, both after 40 s. Full against itself: 0.
+  EXPECT_NEAR(x["delta_val_loss_at_equal_time"]["mean"].get<double>(), -0.65, 1e-12);
+  EXPECT_NEAR(x["delta_val_loss_at_equal_time"]["hi95"].get<double>() + 0.65, 12.706 * 0.1 / 2, 1e-9);
+  EXPECT_NEAR(y["delta_val_loss_at_equal_time"]["mean"].get<double>(), (4.1 - (5.0 - 20.0 / 30) - 0.2) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(f["delta_val_loss_at_equal_time"]["mean"].get<double>(), 0);
   // The same numbers per run in runs.csv (not reached: an empty cell) and in the markdown table.
   const std::string runs_csv = read_file(dir + "/runs.csv");
   EXPECT_NE(runs_csv.find(",train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n"), std::string::npos);
@@ -497,6 +510,12 @@ TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {
   size_t inline_svgs = 0;
   for (size_t at = 0; (at = html.find("<svg ", at)) != std::string::npos; at++) inline_svgs++;
   EXPECT_EQ(inline_svgs, size_t(figures));
+  std::set<std::string> ids;  // one HTML document: every id once (each figure clips to its own plot area)
+  for (size_t at = 0; (at = html.find(" id=\"", at)) != std::string::npos; at++) {
+    const size_t from = at + 5, to = html.find('"', from);
+    EXPECT_TRUE(ids.insert(html.substr(from, to - from)).second) << "repeated id " << html.substr(from, to - from);
+  }
+  EXPECT_GE(ids.size(), 2u);
   // `aah report` rebuilds the same report from the run directories alone.
   const std::string before = read_file(dir + "/runs.csv");
   fs::remove(dir + "/runs.csv");

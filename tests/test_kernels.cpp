@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
@@ -239,6 +241,63 @@ TEST(Kernels, BackwardIsThreadCountInvariant) {
   omp_set_num_threads(saved);
   EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * 4));
   EXPECT_EQ(0, std::memcmp(dw1.data(), dw2.data(), dw1.size() * 4));
+}
+
+
+// The attention kernel's tile products (whichever micro-kernel this CPU compiled: 16-wide AVX-512, 8-wide AVX2 or
+// scalar) promise one FMA chain per element in ascending k: the same bits as a scalar std::fma loop, for every
+// mode, shapes with row and column tails, and band ranges. A band block runs the union of its rows' k ranges, as
+// attention's do, with A zero outside each row's own range (an FMA with 0 leaves the sum as it is), and skips
+// blocks whose rows all have empty ranges (rows >= 48, a multiple of every block height).
+TEST(Kernels, TileGemmIsTheScalarFmaChainBitwise) {
+  const int ld = 72;
+  for (const auto& [M, N, K] : {std::tuple{64, 64, 64}, std::tuple{64, 32, 47}, std::tuple{13, 40, 9},
+                                std::tuple{7, 17, 64}, std::tuple{50, 72, 33}})
+    for (int band = 0; band < 2; band++) {
+      auto row_range = [&, K = K](int r) {
+        if (!band) return cpu::TileRange{0, K};
+        if (r >= 48) return cpu::TileRange{0, 0};
+        return cpu::TileRange{std::min(r / 3, K / 2), std::min(K, 5 + r)};
+      };
+      auto block_range = [&](int r0, int r1, int, int) {
+        cpu::TileRange u{1 << 30, 0};
+        for (int r = r0; r < r1; r++) {
+          const cpu::TileRange k = row_range(r);
+          if (k.hi > k.lo) u.lo = std::min(u.lo, k.lo), u.hi = std::max(u.hi, k.hi);
+        }
+        return u.hi > u.lo ? u : cpu::TileRange{0, 0};
+      };
+      auto A = randn(size_t(M) * K, 31 + M + band);
+      for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++)
+          if (k < row_range(r).lo || k >= row_range(r).hi) A[size_t(r) * K + k] = 0.0f;
+      const auto Bm = randn(size_t(K) * ld, 32 + N), rs = randn(M, 33), C0 = randn(size_t(M) * ld, 34 + K);
+      for (int mode = 0; mode < 3; mode++) {
+        std::vector<float> fast = C0, want = C0;
+        for (int r = 0; r < M; r++)
+          for (int c = 0; c < N; c++) {
+            const cpu::TileRange k = row_range(r);
+            if (mode != cpu::kScaleAdd && k.hi <= k.lo) continue;  // a skipped block leaves C as it is
+            float acc = mode == cpu::kSet ? 0.0f : mode == cpu::kAdd ? C0[r * ld + c] : rs[r] * C0[r * ld + c];
+            for (int j = k.lo; j < k.hi; j++) acc = std::fma(A[size_t(r) * K + j], Bm[size_t(j) * ld + c], acc);
+            want[r * ld + c] = acc;
+          }
+        auto run = [&](const auto& range) {
+          if (mode == cpu::kSet)
+            return cpu::tile_gemm<cpu::kSet>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, nullptr, range);
+          if (mode == cpu::kAdd)
+            return cpu::tile_gemm<cpu::kAdd>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, nullptr, range);
+          return cpu::tile_gemm<cpu::kScaleAdd>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, rs.data(), range);
+        };
+        if (band)
+          run(block_range);
+        else
+          run(cpu::TileFullRange{K});
+        int bad = 0;
+        for (size_t i = 0; i < want.size(); i++) bad += !(fast[i] == want[i]);
+        EXPECT_EQ(bad, 0) << "M=" << M << " N=" << N << " K=" << K << " mode " << mode << " band " << band;
+      }
+    }
 }
 
 }  // namespace

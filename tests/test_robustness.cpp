@@ -155,6 +155,11 @@ TEST(Robustness, InputStreamsAreRefusedAtOnceAndStdinHasALimit) {
   Result r = sh("$AAH train --quiet --data " + corpus + " --out " + d.path + "/r1 " + Fixture::small_model());
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(has(r.out, corpus + "/train.bin") && has(r.out, "FIFO")) << r.out;
+  EXPECT_FALSE(path_exists(d.path + "/r1")) << "a fresh run that failed before writing anything leaves no directory";
+  fs::create_directories(d.path + "/r1-mine");  // ... and a directory it did not make stays, empty
+  r = sh("$AAH train --quiet --data " + corpus + " --out " + d.path + "/r1-mine " + Fixture::small_model());
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(fs::is_directory(d.path + "/r1-mine") && fs::is_empty(d.path + "/r1-mine"));
   r = sh("$AAH tokenize --tokenizer " + fifo + " --ids < /dev/null");
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(has(r.out, "FIFO")) << r.out;

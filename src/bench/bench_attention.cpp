@@ -9,7 +9,9 @@
 // sgemm (1024^3, row-major) run interleaved, round after round), its spread (IQR / median), pair_ratio = visible
 // pairs / visible pairs of "full", time_ratio = time / time of "full" (same T, D, path, pass) per round, then its
 // median, gflops and its share of the sgemm (per round), and for the tiled path its speedup over the dense path
-// (per round). '!' marks a figure whose spread is over the limit (--spread): not a result.
+// (per round). '!' marks a figure whose spread is over the limit (--spread): not a result. mac/p (tiled): the
+// multiply-adds the kernel executes (AttnCounters, boundary tiles' partial blocks included) relative to full's, over
+// the pair ratio: the t/p that the executed work alone predicts; t/p above it is per-tile overhead.
 // FLOP counting (useful work, visible causal pairs only, whatever the path executes): forward 4 D per pair
 // (QK^T and PV), backward 8 D per pair (dP = dO V^T, dV, dK, dQ; the recomputation of QK^T, 2 D more, is not
 // counted), fwd+bwd 12 D per pair.
@@ -38,6 +40,7 @@ struct AttnBenchRow {
   std::vector<int> windows;
   uint64_t pairs;
   double pair_ratio, gflops, sgemm_gflops;
+  double macs_over_pair_ratio = 0;  // tiled: multiply-adds executed / full's, over the pair ratio (0: not counted)
   SampleStats ms, time_ratio, pct_sgemm, speedup_vs_dense;  // speedup: n = 0 when not measured
   bool flagged() const {
     return ms.flagged || (window_set != "full" && time_ratio.flagged) ||
@@ -47,15 +50,18 @@ struct AttnBenchRow {
 
 }  // namespace
 
-int bench_attention(const BenchOptions& o) {
+int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, const std::vector<int>& head_dims,
+                    bool dense) {
   const int B = 1, H = 8;
+  const std::vector<int> Ts = contexts.empty() ? std::vector<int>{1024, 4096, 16384} : contexts;
+  const std::vector<int> Ds = head_dims.empty() ? std::vector<int>{32, 64, 128} : head_dims;
   const SgemmBench sgemm;
   std::vector<AttnBenchRow> rows;
   if (!o.json) std::printf("attention bench: B=%d H=%d, %d threads\n", B, H, num_threads());
 
-  for (int T : {1024, 4096, 16384})
-    for (int D : {32, 64, 128}) {
-      if (T > 4096 && D != 64) continue;
+  for (int T : Ts)
+    for (int D : Ds) {
+      if (T > 4096 && D != 64 && head_dims.empty()) continue;
       const std::vector<std::pair<std::string, std::vector<int>>> sets = {
           {"full", std::vector<int>(H, T)},
           {"T/8", std::vector<int>(H, T / 8)},
@@ -74,12 +80,13 @@ int bench_attention(const BenchOptions& o) {
       struct Run {
         int path, set;
         std::vector<float> out, lse;
+        uint64_t macs[2] = {0, 0};  // fwd, bwd multiply-adds executed (AttnCounters, one untimed call each)
       };
       std::vector<Run> runs;
       for (int path = 0; path < 2; path++)
         for (int si = 0; si < (int)sets.size(); si++) {
           if (path == 1 && T >= 4096 && si > 0 && D != 64) continue;  // dense cost is window-independent
-          if (path == 1 && T > 4096) continue;                        // dense scores would not fit
+          if (path == 1 && (T > 4096 || !dense)) continue;           // dense scores would not fit
           runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(B) * H * T)});
         }
       std::vector<MeasureCase> cases;
@@ -87,6 +94,14 @@ int bench_attention(const BenchOptions& o) {
       for (size_t ri = 0; ri < runs.size(); ri++) {
         Run* r = &runs[ri];
         const int* win = sets[r->set].second.data();
+        if (r->path == 0) {  // the work the tiled kernel executes, boundary tiles' waste included
+          AttnCounters cf, cb;
+          attention_forward(AttnImpl::local, r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H,
+                            T, D, nullptr, &cf);
+          attention_backward(AttnImpl::local, dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
+                             r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D, &cb);
+          r->macs[0] = cf.macs, r->macs[1] = cb.macs;
+        }
         const std::string name = std::string(r->path == 0 ? "tiled " : "dense ") + sets[r->set].first;
         const AttnImpl impl = r->path == 0 ? AttnImpl::local : AttnImpl::dense;
         cases.push_back({name + " fwd", [&, r, win, impl] {
@@ -139,6 +154,12 @@ int bench_attention(const BenchOptions& o) {
           row.pair_ratio = double(pairs) / full_pairs;
           row.ms = scaled(sample_stats(t, lim), 1e3);
           row.time_ratio = ratio_stats(t, secs(full_ri, p), lim);
+          if (r.path == 0) {
+            const auto& f = runs[full_ri].macs;
+            const double mine = p < 2 ? double(r.macs[p]) : double(r.macs[0] + r.macs[1]);
+            const double full = p < 2 ? double(f[p]) : double(f[0] + f[1]);
+            row.macs_over_pair_ratio = mine / full / row.pair_ratio;
+          }
           row.gflops = flops / (row.ms.median / 1e3) / 1e9;
           row.sgemm_gflops = sgemm_gflops;
           // share of the sgemm's rate, per round: (flops / t) / (sgemm flops / t_sgemm)
@@ -165,6 +186,7 @@ int bench_attention(const BenchOptions& o) {
                           {"pair_ratio", r.pair_ratio},
                           {"time_ratio", r.time_ratio.median},
                           {"time_over_pair_ratio", r.time_ratio.median / r.pair_ratio},
+                          {"macs_over_pair_ratio", r.macs_over_pair_ratio > 0 ? nlohmann::json(r.macs_over_pair_ratio) : nlohmann::json(nullptr)},
                           {"gflops", r.gflops},
                           {"sgemm_gflops", r.sgemm_gflops},
                           {"pct_sgemm", r.pct_sgemm.median},
@@ -182,18 +204,20 @@ int bench_attention(const BenchOptions& o) {
     return 0;
   }
 
-  std::printf("%5s %4s %-9s %-6s %-8s %10s %6s %7s %7s %6s %8s %7s %8s\n", "T", "D", "windows", "path", "pass", "ms",
-              "spread", "pairs", "time", "t/p", "GFLOP/s", "%sgemm", "vs dense");
+  std::printf("%5s %4s %-9s %-6s %-8s %10s %6s %7s %7s %6s %6s %8s %7s %8s\n", "T", "D", "windows", "path", "pass",
+              "ms", "spread", "pairs", "time", "t/p", "mac/p", "GFLOP/s", "%sgemm", "vs dense");
   bool any_flag = false;
   for (const auto& r : rows) {
     char vs[24] = "";
     if (r.speedup_vs_dense.n > 0)
       std::snprintf(vs, sizeof vs, "%.2fx%s", r.speedup_vs_dense.median, flag_mark(r.speedup_vs_dense));
     const bool ratio_flag = r.window_set != "full" && r.time_ratio.flagged;
-    std::printf("%5d %4d %-9s %-6s %-8s %9.2f%1s %5.1f%% %7.4f %7.4f %6.3f%1s %8.1f %6.1f%% %8s\n", r.T, r.D,
+    char macs[16] = "";
+    if (r.macs_over_pair_ratio > 0) std::snprintf(macs, sizeof macs, "%.3f", r.macs_over_pair_ratio);
+    std::printf("%5d %4d %-9s %-6s %-8s %9.2f%1s %5.1f%% %7.4f %7.4f %6.3f%1s %6s %8.1f %6.1f%% %8s\n", r.T, r.D,
                 r.window_set.c_str(), r.path.c_str(), r.pass.c_str(), r.ms.median, flag_mark(r.ms),
                 100 * r.ms.spread, r.pair_ratio, r.time_ratio.median, r.time_ratio.median / r.pair_ratio,
-                ratio_flag ? "!" : "", r.gflops, r.pct_sgemm.median, vs);
+                ratio_flag ? "!" : "", macs, r.gflops, r.pct_sgemm.median, vs);
     any_flag = any_flag || r.flagged();
   }
   std::printf("per (T, D): rounds, sgemm 1024^3 GFLOP/s in this process:");
@@ -203,7 +227,8 @@ int bench_attention(const BenchOptions& o) {
   std::printf("\n");
   // Goals at T = 4096 (tiled path): time ratio <= 1.15 x pair ratio; full fwd+bwd >= 35% of sgemm; >= 4x dense.
   std::printf("\nT=4096 goals (tiled): time_ratio/pair_ratio <= 1.15, full fwd+bwd >= 35%% sgemm, >= 4x dense\n");
-  for (int D : {32, 64, 128}) {
+  for (int D : Ds) {
+    if (std::find(Ts.begin(), Ts.end(), 4096) == Ts.end()) break;
     double worst = 0, pct = 0, speed = 0;
     bool worst_flag = false, pct_flag = false, speed_flag = false;
     for (const auto& r : rows) {
@@ -220,7 +245,7 @@ int bench_attention(const BenchOptions& o) {
   }
   // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10).
   std::printf("Every T (tiled), windows >= 64: worst time/pair ratio (fwd, bwd, fwd+bwd; goal <= 1.10)\n");
-  for (int T : {1024, 4096, 16384}) {
+  for (int T : Ts) {
     double worst = 0;
     bool flag = false;
     std::string at;

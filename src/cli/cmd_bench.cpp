@@ -108,7 +108,17 @@ void add_bench_commands(CLI::App& app, int& rc) {
 #ifdef AAH_HAVE_BENCH_ATTENTION
   auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
   add_measure_flags(at, opts);
-  at->callback([&rc] { rc = bench_attention(opts); });
+  static std::vector<int> attn_contexts, attn_dims;
+  static bool attn_no_dense = false;
+  at->add_option("--context", attn_contexts, "Contexts T to time, e.g. 1024,4096 (default 1024,4096,16384)")
+      ->delimiter(',')
+      ->check(CLI::Range(64, 1 << 17));
+  at->add_option("--head-dim", attn_dims,
+                 "Head dims D to time, e.g. 64 (default 32,64,128; T > 4096 runs D = 64 only unless this is given)")
+      ->delimiter(',')
+      ->check(CLI::Range(8, 512));
+  at->add_flag("--no-dense", attn_no_dense, "Skip the dense-masked path (the tiled kernel's windows only)");
+  at->callback([&rc] { rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense); });
 #endif
 }
 

@@ -367,6 +367,17 @@ std::vector<LossAtTime> report_loss_by_time(const std::vector<json>& lines) {
   return curve;
 }
 
+double report_loss_at_time(const std::vector<LossAtTime>& c, double seconds) {
+  for (size_t i = 0; i < c.size(); i++) {
+    if (!(c[i].seconds >= seconds)) continue;
+    if (c[i].seconds == seconds) return c[i].loss;
+    if (i == 0) return NAN;
+    const LossAtTime &a = c[i - 1], &b = c[i];  // a.seconds < seconds < b.seconds
+    return a.loss + (seconds - a.seconds) / (b.seconds - a.seconds) * (b.loss - a.loss);
+  }
+  return NAN;
+}
+
 double report_time_to_loss(const std::vector<LossAtTime>& c, double target) {
   if (!std::isfinite(target)) return NAN;
   for (size_t i = 0; i < c.size(); i++) {
@@ -546,6 +557,11 @@ void report_write(const std::string& dir) {
     const RunData* f = full_of(r);
     return f ? time_to_full_loss(r) / time_to_full_loss(*f) : NAN;
   };
+  // At equal time: the run's final validation loss minus full's (same seed) after as many training seconds.
+  auto delta_at_equal_time = [&](const RunData& r) {
+    const RunData* f = full_of(r);
+    return f ? r.train.at("val_loss") - report_loss_at_time(f->curve, train_seconds(r)) : NAN;
+  };
 
   json out = {{"suite", suite}, {"runs", json::array()}, {"regimes", json::array()}, {"unfinished", unfinished}};
   Table train_t, eval_t, diff_t;
@@ -648,36 +664,49 @@ void report_write(const std::string& dir) {
 
   // Time to loss: does a regime reach full's final validation loss sooner (in training seconds)?
   Table ttl_t;
-  ttl_t.header = {
-      "regime", "seeds", "final val loss", "training s", "time to full's final val loss (s)", "ratio to full's time"};
+  ttl_t.header = {"regime",
+                  "seeds",
+                  "final val loss",
+                  "training s",
+                  "time to full's final val loss (s)",
+                  "ratio to full's time",
+                  "Δ val loss vs full at equal time"};
   json ttl_json = json::array();
   std::string ttl_md;  // one sentence per regime
   for (const auto& g : regimes) {
     const auto rs = runs_of(g);
-    std::vector<double> loss, secs, ttl, ratio;
+    std::vector<double> loss, secs, ttl, ratio, equal;
     for (const RunData* r : rs) {
       loss.push_back(r->train.at("val_loss")), secs.push_back(train_seconds(*r));
       ttl.push_back(time_to_full_loss(*r)), ratio.push_back(time_to_full_loss_ratio(*r));
+      equal.push_back(delta_at_equal_time(*r));
     }
     const MeanInterval ml = mean_interval(loss), ms = mean_interval(secs), mt = mean_interval(ttl),
-                       mr = mean_interval(ratio);
+                       mr = mean_interval(ratio), me = mean_interval(equal);
     // mean_interval counts the finite values: the seeds that reached the loss.
     auto reached_cell = [&](const MeanInterval& m, int decimals) {
       if (!have_full) return std::string("–");
       if (m.n == 0) return std::string("not reached");
       return cell(m, decimals) + (size_t(m.n) < rs.size() ? str_cat(" (", m.n, " of ", rs.size(), " seeds)") : "");
     };
-    ttl_t.rows.push_back(
-        {g, std::to_string(rs.size()), cell(ml, 4), cell(ms, 1), reached_cell(mt, 1), reached_cell(mr, 3)});
+    // NaN: full trained for less time than this run (or no full): no loss of full's at that time.
+    const std::string equal_cell =
+        !have_full || g == "full" ? std::string("–")
+        : me.n == 0               ? std::string("full trained less long")
+                                  : cell(me, 4) + (size_t(me.n) < rs.size() ? str_cat(" (", me.n, " of ", rs.size(), " seeds)") : "");
+    ttl_t.rows.push_back({g, std::to_string(rs.size()), cell(ml, 4), cell(ms, 1), reached_cell(mt, 1),
+                          reached_cell(mr, 3), equal_cell});
     ttl_json.push_back({{"regime", g},
                         {"seeds", rs.size()},
                         {"final_val_loss", interval_json(ml)},
                         {"train_seconds", interval_json_or_null(ms)},
                         {"time_to_full_loss_s", interval_json_or_null(mt)},
                         {"ratio_to_full", interval_json_or_null(mr)},
-                        {"reached", have_full ? json(mt.n) : json(nullptr)}});
+                        {"reached", have_full ? json(mt.n) : json(nullptr)},
+                        {"delta_val_loss_at_equal_time", interval_json_or_null(me)}});
     for (const auto& [metric, m] : {std::pair{"train_time_s", ms}, std::pair{"time_to_full_loss_s", mt},
-                                    std::pair{"time_to_full_loss_ratio", mr}})
+                                    std::pair{"time_to_full_loss_ratio", mr},
+                                    std::pair{"delta_val_loss_at_equal_time", me}})
       csv_summary += str_cat(csv_field(g), ",time_to_loss,", metric, ",", m.n, ",", full_precision(m.n ? m.mean : NAN),
                              ",", full_precision(m.n ? m.lo : NAN), ",", full_precision(m.n ? m.hi : NAN), "\n");
     if (!have_full || g == "full" || ms.n == 0) continue;  // no full, or no training time in the logs
@@ -695,6 +724,9 @@ void report_write(const std::string& dir) {
                       size_t(mt.n) < rs.size() ? str_cat(" (", mt.n, " of ", rs.size(), " seeds)") : "", ", ",
                       fixed(mr.mean, 3), " of full's time (", fixed(full_s, 1), " s)",
                       mr.n >= 2 ? str_cat(", 95% CI [", fixed(mr.lo, 3), ", ", fixed(mr.hi, 3), "]") : "", ".\n");
+    if (me.n > 0)
+      ttl_md += str_cat("  At equal training time (its ", fixed(ms.mean, 1), " s), its validation loss against full's: ",
+                        verdict(me, 4, " nats"), ".\n");
   }
   const std::string ttl_note =
       "Training seconds exclude evaluation: at each evaluation, the run's training time so far, summed over its log "
@@ -702,7 +734,9 @@ void report_write(const std::string& dir) {
       "leaving out the evaluation and the logging; elapsed_s would count the earlier evaluations). The target is the "
       "final validation loss (training evaluation, train.eval_windows windows) of full's run of the same seed; the "
       "time to reach it is interpolated linearly between the evaluation before and the first at or below it; the ratio "
-      "is to full's own time to that loss, per seed. The runs of a suite train one after another: their times compare "
+      "is to full's own time to that loss, per seed. At equal time: the run's final validation loss minus full's loss "
+      "after as many seconds of training (interpolated between full's evaluations; same seed), so a cheaper regime is "
+      "compared with full stopped at the same cost. The runs of a suite train one after another: their times compare "
       "as far as the machine's load stayed the same.";
 
   // Retrieval accuracy by DEF-ASK distance (synth data): per regime mean over seeds, paired difference from full.

@@ -42,6 +42,9 @@ std::vector<LossAtTime> report_loss_by_time(const std::vector<nlohmann::json>& l
 // The first time `curve` reaches `target` (loss <= target): interpolated linearly between the evaluation before and
 // the first at or below the target; the first evaluation's time when it is already there; NaN when never reached.
 double report_time_to_loss(const std::vector<LossAtTime>& curve, double target);
+// The loss of `curve` at `seconds` of training: interpolated linearly between the evaluations around it (an
+// evaluation's own loss at its time); NaN before the first evaluation or past the last.
+double report_loss_at_time(const std::vector<LossAtTime>& curve, double seconds);
 
 // 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
 double t_quantile_975(int df);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "core/check.h"
@@ -122,8 +123,14 @@ std::string svg_line_chart(const SvgLineChart& c) {
   o += text(left + pw / 2, H - 14, c.x_label, "text-anchor=\"middle\" font-size=\"13\"");
   o += text(18, top + ph / 2, c.y_label,
             str_cat("text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 ", num(top + ph / 2), ")\""));
-  o += str_cat("<clipPath id=\"plot\"><rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw),
-               "\" height=\"", num(ph), "\"/></clipPath>\n<g clip-path=\"url(#plot)\" fill=\"none\" stroke-width=\"2\">\n");
+  // The clip path's id is unique per figure (a hash of its title): the HTML report inlines several figures.
+  uint32_t id_hash = 2166136261u;  // FNV-1a
+  for (unsigned char ch : c.title) id_hash = (id_hash ^ ch) * 16777619u;
+  char clip_id[24];
+  std::snprintf(clip_id, sizeof clip_id, "plot-%08x", id_hash);
+  o += str_cat("<clipPath id=\"", clip_id, "\"><rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw),
+               "\" height=\"", num(ph), "\"/></clipPath>\n<g clip-path=\"url(#", clip_id,
+               ")\" fill=\"none\" stroke-width=\"2\">\n");
   auto dashed = [&](double xa, double ya, double xb, double yb) {
     o += str_cat("<line x1=\"", num(xa), "\" y1=\"", num(ya), "\" x2=\"", num(xb), "\" y2=\"", num(yb),
                  "\" stroke=\"#777\" stroke-width=\"1\" stroke-dasharray=\"5,4\"/>\n");

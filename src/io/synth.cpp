@@ -16,6 +16,10 @@ namespace aah {
 
 SynthCorpus synth_generate(const SynthOptions& o) {
   const int first_word = 3 + o.keys;
+  if (o.keys < 1) fail("[synth] keys ", o.keys, " must be at least 1");
+  if (o.unique_keys && o.keys < 2)
+    fail("[synth] --unique-keys needs at least 2 keys (consecutive documents define keys from alternate halves); got ",
+         o.keys);
   if (o.vocab_size < first_word + 16) fail("[synth] vocab_size ", o.vocab_size, " too small for ", o.keys, " keys");
   if (o.min_distance < 1 || o.max_distance < o.min_distance || o.doc_tokens <= o.max_distance + 8)
     fail("[synth] need 1 <= min_distance <= max_distance < doc_tokens - 8");

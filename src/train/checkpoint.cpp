@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "core/check.h"
-#include "io/files.h"
 #include "io/files.h"
 
 namespace aah {
@@ -98,7 +98,7 @@ void checkpoint_test_delay() {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
-RunLock::RunLock(const std::string& run) {
+RunLock::RunLock(const std::string& run, bool created) : run_(run), created_(created) {
   const std::string path = run + "/.lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("[train] ", path, ": cannot open: ", std::strerror(errno));
@@ -112,7 +112,16 @@ RunLock::RunLock(const std::string& run) {
 }
 
 RunLock::~RunLock() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  std::error_code ec;
+  bool only_lock = true;  // unlinked while still held: another aah train cannot take it in between
+  for (const auto& e : std::filesystem::directory_iterator(run_, ec))
+    if (e.path().filename() != ".lock") only_lock = false;
+  if (!ec && only_lock) {
+    ::unlink((run_ + "/.lock").c_str());
+    if (created_) ::rmdir(run_.c_str());
+  }
+  ::close(fd_);
 }
 
 void run_dir_check(const std::string& run, bool resume, bool force) {

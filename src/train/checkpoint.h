@@ -47,16 +47,20 @@ void run_dir_check(const std::string& run, bool resume, bool force);
 void checkpoint_test_delay();
 
 // Holds an exclusive lock (flock) on RUN/.lock while it lives: one `aah train` per run directory, so that cleaning
-// up leftovers never touches the files of a live writer. The kernel drops the lock when the process dies.
+// up leftovers never touches the files of a live writer. The kernel drops the lock when the process dies. A run
+// that failed before writing anything leaves no trace: when RUN holds only .lock at the end, .lock is removed, and
+// RUN too if `created` (this run made the directory).
 class RunLock {
  public:
-  explicit RunLock(const std::string& run);
+  explicit RunLock(const std::string& run, bool created = false);
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
  private:
   int fd_ = -1;
+  std::string run_;
+  bool created_ = false;
 };
 
 }  // namespace aah

@@ -347,8 +347,9 @@ int train_run(const TrainOptions& o) {
   }
   std::optional<RunLock> lock;  // rank 0 owns the run directory
   if (lead) {
+    const bool created = !path_exists(o.out_dir);
     make_dirs(o.out_dir);
-    lock.emplace(o.out_dir);
+    lock.emplace(o.out_dir, created);
     const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
     if (!leftovers.empty() && !quiet) {
       std::string names;

@@ -119,16 +119,38 @@ inline TileRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int
 }
 
 // Boundary tiles: st (nk, ld) rows lo .. hi-1 of columns c .. c+7 (queries q0 + c + lane, keys k0 + j) get kMasked
-// where the key is not visible.
+// where the key is not visible (attn_visible: 0 <= query - key < W).
 inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int W) {
+#ifdef AAH_AVX2
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), minus1 = _mm256_set1_epi32(-1);
+  const __m256i wv = _mm256_set1_epi32(W);
+  const __m256 masked = _mm256_set1_ps(kMasked);
+#endif
   for (int j = rows.lo; j < rows.hi; j++) {
     // distance query - key of lane 0; lanes add 0..7. A row every lane sees needs no mask (most rows of a
     // boundary tile: only ~8 rows at the diagonal and ~8 at the window's far edge are partly visible).
-    const int64_t d0 = (int64_t)q0 + c - (k0 + j);
-    if (d0 >= 0 && d0 + 7 < W) continue;
+    const int d0 = q0 + c - (k0 + j);
+    if (d0 >= 0 && (int64_t)d0 + 7 < W) continue;
     float* row = st + j * kLd + c;
+#ifdef AAH_AVX2
+    const __m256i d = _mm256_add_epi32(_mm256_set1_epi32(d0), lane);
+    const __m256i vis = _mm256_and_si256(_mm256_cmpgt_epi32(d, minus1), _mm256_cmpgt_epi32(wv, d));
+    _mm256_storeu_ps(row, _mm256_blendv_ps(masked, _mm256_loadu_ps(row), _mm256_castsi256_ps(vis)));
+#else
     for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
+#endif
   }
+}
+
+// Boundary tiles: rows of an 8-column group outside its visible rows `rg` are set to 0 where a later product can
+// read them. Band blocks of up to kTileMaxBlockRows rows read at most that many rows past rg on either side
+// (tile_gemm.h); rows further out are never read, so they keep whatever they hold.
+inline void attn_zero_margin(float* t, TileRange rg, int nk, int c) {
+  const int lo = std::max(0, rg.lo - kTileMaxBlockRows), hi = std::min(nk, rg.hi + kTileMaxBlockRows);
+  for (int j = lo; j < rg.lo; j++)
+    for (int i = 0; i < 8; i++) t[j * kLd + c + i] = 0.0f;
+  for (int j = std::max(rg.hi, lo); j < hi; j++)
+    for (int i = 0; i < 8; i++) t[j * kLd + c + i] = 0.0f;
 }
 
 // dst (D, BQ) = src (nq, D)^T * scale, columns nq .. ncol-1 zeroed.
@@ -220,17 +242,17 @@ struct LocalCounts {
 
 // Online-softmax update with one key tile. st (nk, ld) holds the scaled scores of queries 0 .. ncol-1 (columns)
 // and becomes P~^T = exp(s - m_new), 0 where masked. alpha[i] = exp(m_old - m_new) rescales O and l. In
-// boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated; the others
-// are set to 0. With diag: ent accumulates e (s - m) and dist accumulates e (i - j), rescaled the same way, so
+// boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated, and the rows
+// next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and dist accumulates e (i - j), rescaled the same way, so
 // that at the end entropy = log l - ent / l and mean distance = dist / l.
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W) {
   for (int c = 0; c < ncol; c += 8) {  // ncol is a multiple of 8
     const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
-    for (int j = 0; j < nk; j++)
-      if (j < rg.lo || j >= rg.hi)
-        for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f;
-    if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
+    if (!interior) {
+      attn_zero_margin(st, rg, nk, c);
+      attn_mask_rows(st, rg, c, q0, k0, W);
+    }
 #ifdef AAH_AVX2
     const __m256 m_old = _mm256_loadu_ps(ts.m + c);
     __m256 mx0 = _mm256_set1_ps(kMasked), mx1 = mx0;
@@ -412,15 +434,16 @@ void attn_bwd_load_qtile(const AttnArgs& a, const float* dout, const float* lse,
 }
 
 // P^T and dS^T from S^T (in st) and dP^T (in dpt), in place; like the forward, boundary tiles mask only the
-// rows an 8-column group can see and set the others to 0.
+// rows an 8-column group can see and zero the rows next to them (attn_zero_margin).
 void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch& ts, float scale, bool interior,
                       int q0, int k0, int W) {
   for (int c = 0; c < ncol; c += 8) {
     const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
-    for (int j = 0; j < nk; j++)
-      if (j < rg.lo || j >= rg.hi)
-        for (int i = 0; i < 8; i++) st[j * kLd + c + i] = 0.0f, dpt[j * kLd + c + i] = 0.0f;
-    if (!interior) attn_mask_rows(st, rg, c, q0, k0, W);
+    if (!interior) {
+      attn_zero_margin(st, rg, nk, c);
+      attn_zero_margin(dpt, rg, nk, c);
+      attn_mask_rows(st, rg, c, q0, k0, W);
+    }
 #ifdef AAH_AVX2
     const __m256 sc = _mm256_set1_ps(scale), lse = _mm256_loadu_ps(ts.lse + c), delta = _mm256_loadu_ps(ts.delta + c);
     for (int j = rg.lo; j < rg.hi; j++) {

@@ -5,3 +5,7 @@
 #include <immintrin.h>
 #define AAH_AVX2 1
 #endif
+// AAH_AVX512: the 16-wide tile products (kernels/cpu/tile_gemm.h) are compiled in as well.
+#if defined(AAH_AVX2) && defined(__AVX512F__)
+#define AAH_AVX512 1
+#endif

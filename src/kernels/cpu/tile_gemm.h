@@ -1,9 +1,9 @@
 // Tile products for the tiled attention kernel (kernels/cpu/attention.cpp): C (M, N) = [C or diag(rs) C or 0] + A B
 // on tiles that fit in L1, with A(r, k) = A[r rsa + k ksa] (read by broadcasts), B(k, c) = B[k ldb + c] and
 // C(r, c) = C[r ldc + c]. Each C element is one FMA chain over k = 0 .. K-1, in ascending k, whatever the
-// blocking: results do not depend on M, N or the thread that runs them. A register-blocked AVX2 micro-kernel
-// (MR rows x NV 8-wide vectors) covers full 8-column panels; a scalar FMA loop covers the rest (and everything
-// without AVX2).
+// blocking: results do not depend on M, N, the vector width or the thread that runs them. A register-blocked
+// micro-kernel (MR rows x NV vectors; 16-wide with AVX-512, else 8-wide with AVX2) covers whole column panels; a
+// scalar FMA loop covers the rest (and everything without AVX2).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -22,80 +22,140 @@ enum TileGemmMode { kSet, kAdd, kScaleAdd };
 struct TileRange {
   int lo, hi;
 };
+// The most rows any band-range block has (every MR below): a block's k range is the union of its rows' ranges, so
+// it reads at most kTileMaxBlockRows - 1 entries of A past either end of a row's own range.
+constexpr int kTileMaxBlockRows = 8;
 struct TileFullRange {
   int K;
   TileRange operator()(int, int, int, int) const { return {0, K}; }
 };
 
 #ifdef AAH_AVX2
-template <int MR, int NV, int MODE>
+// The vector types of the micro-kernel: 8 floats (AVX2) and, where the CPU has it, 16 (AVX-512). An FMA rounds
+// once whatever the width, so both give the same bits for every element.
+struct Vec8 {
+  using T = __m256;
+  static constexpr int kWidth = 8;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T x) { _mm256_storeu_ps(p, x); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#endif
+#ifdef AAH_AVX512
+struct Vec16 {
+  using T = __m512;
+  static constexpr int kWidth = 16;
+  static T zero() { return _mm512_setzero_ps(); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T x) { _mm512_storeu_ps(p, x); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#endif
+
+#ifdef AAH_AVX2
+// MR rows x NV vectors of C, one FMA chain per element over k.
+template <class V, int MR, int NV, int MODE>
 inline void tile_gemm_ukernel(int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb,
                               float* C, int64_t ldc, const float* rs) {
-  __m256 acc[MR][NV];
+  constexpr int w = V::kWidth;
+  typename V::T acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 16
     for (int v = 0; v < NV; v++) {
       if constexpr (MODE == kSet)
-        acc[r][v] = _mm256_setzero_ps();
+        acc[r][v] = V::zero();
       else if constexpr (MODE == kAdd)
-        acc[r][v] = _mm256_loadu_ps(C + r * ldc + 8 * v);
+        acc[r][v] = V::load(C + r * ldc + w * v);
       else
-        acc[r][v] = _mm256_mul_ps(_mm256_set1_ps(rs[r]), _mm256_loadu_ps(C + r * ldc + 8 * v));
+        acc[r][v] = V::mul(V::set1(rs[r]), V::load(C + r * ldc + w * v));
     }
   for (int k = 0; k < K; k++) {
-    __m256 b[NV];
+    typename V::T b[NV];
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) b[v] = _mm256_loadu_ps(Bm + k * ldb + 8 * v);
+    for (int v = 0; v < NV; v++) b[v] = V::load(Bm + k * ldb + w * v);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; r++) {
-      const __m256 a = _mm256_broadcast_ss(A + r * rsa + k * ksa);
+      const typename V::T a = V::set1(A[r * rsa + k * ksa]);
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+      for (int v = 0; v < NV; v++) acc[r][v] = V::fmadd(a, b[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 16
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) _mm256_storeu_ps(C + r * ldc + 8 * v, acc[r][v]);
+    for (int v = 0; v < NV; v++) V::store(C + r * ldc + w * v, acc[r][v]);
 }
 
 // Rows left over after the MR-row blocks: one kernel instantiation per remainder.
-template <int R, int NV, int MODE>
+template <class V, int R, int NV, int MODE>
 inline void tile_gemm_ukernel_tail(int rem, int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm,
                                    int64_t ldb, float* C, int64_t ldc, const float* rs) {
   if constexpr (R > 0) {
     if (rem == R)
-      tile_gemm_ukernel<R, NV, MODE>(K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+      tile_gemm_ukernel<V, R, NV, MODE>(K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
     else
-      tile_gemm_ukernel_tail<R - 1, NV, MODE>(rem, K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+      tile_gemm_ukernel_tail<V, R - 1, NV, MODE>(rem, K, A, rsa, ksa, Bm, ldb, C, ldc, rs);
   }
 }
-#endif
 
-#ifdef AAH_AVX2
-// All M rows of the column panel [c0, c0 + 8 NV) (its B panel stays in L1 while the row blocks stream).
-// Returns the multiply-adds executed.
-template <int MR, int NV, int MODE, class Range>
+// One block: rows [r, r + mr) (mr <= MR) x columns [c0, c0 + width NV) over the k range k. An empty range skips
+// the block (kScaleAdd only rescales it). Returns the multiply-adds executed.
+template <class V, int MR, int NV, int MODE>
+inline uint64_t tile_gemm_block(int r, int mr, int c0, TileRange k, const float* A, int64_t rsa, int64_t ksa,
+                                const float* Bm, int64_t ldb, float* C, int64_t ldc, const float* rs) {
+  static_assert(MR <= kTileMaxBlockRows);
+  if (k.hi <= k.lo) {
+    if (MODE != kScaleAdd) return 0;
+    k.hi = k.lo;
+  }
+  const float* a = A + r * rsa + k.lo * ksa;
+  const float* b = Bm + c0 + k.lo * ldb;
+  float* cp = C + r * ldc + c0;
+  const float* rr = MODE == kScaleAdd ? rs + r : rs;
+  if (mr == MR)
+    tile_gemm_ukernel<V, MR, NV, MODE>(k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
+  else
+    tile_gemm_ukernel_tail<V, MR - 1, NV, MODE>(mr, k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
+  return (uint64_t)mr * V::kWidth * NV * (k.hi - k.lo);
+}
+
+// All M rows of the column panel [c0, c0 + width NV) (its B panel stays in L1 while the row blocks stream).
+template <class V, int MR, int NV, int MODE, class Range>
 inline uint64_t tile_gemm_panel(int M, int c0, const float* A, int64_t rsa, int64_t ksa, const float* Bm,
                                 int64_t ldb, float* C, int64_t ldc, const float* rs, const Range& range) {
   uint64_t macs = 0;
   for (int r = 0; r < M; r += MR) {
     const int mr = std::min(MR, M - r);
-    TileRange k = range(r, r + mr, c0, c0 + 8 * NV);
-    if (k.hi <= k.lo) {
-      if (MODE != kScaleAdd) continue;
-      k.hi = k.lo;
+    macs += tile_gemm_block<V, MR, NV, MODE>(r, mr, c0, range(r, r + mr, c0, c0 + V::kWidth * NV), A, rsa, ksa, Bm,
+                                             ldb, C, ldc, rs);
+  }
+  return macs;
+}
+
+// A two-vector panel whose blocks keep one-vector granularity: a row block runs as one MR x 2 block where both
+// halves need the same k range (whole tiles, ranges that depend on rows only, score blocks inside the band), else
+// as two MR x 1 blocks with their own ranges (score blocks on a band's edge, where one half may be skipped). The
+// work of one-vector blocks at the speed of two-vector ones.
+template <class V, int MR, int MODE, class Range>
+inline uint64_t tile_gemm_panel_split(int M, int c0, const float* A, int64_t rsa, int64_t ksa, const float* Bm,
+                                      int64_t ldb, float* C, int64_t ldc, const float* rs, const Range& range) {
+  constexpr int w = V::kWidth;
+  uint64_t macs = 0;
+  for (int r = 0; r < M; r += MR) {
+    const int mr = std::min(MR, M - r);
+    const TileRange a = range(r, r + mr, c0, c0 + w), b = range(r, r + mr, c0 + w, c0 + 2 * w);
+    if (a.lo == b.lo && a.hi == b.hi) {
+      macs += tile_gemm_block<V, MR, 2, MODE>(r, mr, c0, a, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+    } else {
+      macs += tile_gemm_block<V, MR, 1, MODE>(r, mr, c0, a, A, rsa, ksa, Bm, ldb, C, ldc, rs);
+      macs += tile_gemm_block<V, MR, 1, MODE>(r, mr, c0 + w, b, A, rsa, ksa, Bm, ldb, C, ldc, rs);
     }
-    const float* a = A + r * rsa + k.lo * ksa;
-    const float* b = Bm + c0 + k.lo * ldb;
-    float* cp = C + r * ldc + c0;
-    const float* rr = MODE == kScaleAdd ? rs + r : rs;
-    if (mr == MR)
-      tile_gemm_ukernel<MR, NV, MODE>(k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
-    else
-      tile_gemm_ukernel_tail<MR - 1, NV, MODE>(mr, k.hi - k.lo, a, rsa, ksa, b, ldb, cp, ldc, rr);
-    macs += (uint64_t)mr * 8 * NV * (k.hi - k.lo);
   }
   return macs;
 }
@@ -107,11 +167,20 @@ uint64_t tile_gemm(int M, int N, const float* A, int64_t rsa, int64_t ksa, const
                    int64_t ldc, const float* rs, const Range& range) {
   int c = 0;
   uint64_t macs = 0;
+#ifdef AAH_AVX512
+  // 32 zmm registers: blocks of 8 rows x 2 vectors (16 accumulators, 10 loads per 16 FMAs), split into two 8 x 1
+  // blocks on a band's edge, so that the blocks straddling it stay as narrow as AVX2's.
+  for (; c + 32 <= N; c += 32)
+    macs += tile_gemm_panel_split<Vec16, 8, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+  for (; c + 16 <= N; c += 16)
+    macs += tile_gemm_panel<Vec16, 8, 1, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+#endif
 #ifdef AAH_AVX2
   // 6 rows x 2 vectors = 12 accumulators (+ 2 B vectors + 1 broadcast = 15 of the 16 ymm registers): 8 loads
   // per 12 FMAs and enough independent FMAs in flight to hide their latency.
-  for (; c + 16 <= N; c += 16) macs += tile_gemm_panel<6, 2, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
-  for (; c + 8 <= N; c += 8) macs += tile_gemm_panel<8, 1, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+  for (; c + 16 <= N; c += 16)
+    macs += tile_gemm_panel<Vec8, 6, 2, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
+  for (; c + 8 <= N; c += 8) macs += tile_gemm_panel<Vec8, 8, 1, MODE>(M, c, A, rsa, ksa, Bm, ldb, C, ldc, rs, range);
 #endif
   for (; c < N; c++)  // portable path, and columns left over when N is not a multiple of 8
     for (int r = 0; r < M; r++) {
