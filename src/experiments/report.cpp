@@ -719,14 +719,15 @@ void report_write(const std::string& dir) {
     ttl_md +=
         mt.n == 0
             ? str_cat("- **", g, "** did not reach full's final validation loss in its ", fixed(ms.mean, 1),
-                      " s of training (final ", fixed(ml.mean, 4), ").\n")
+                      " s of training (final ", fixed(ml.mean, 4), ").")
             : str_cat("- **", g, "** reached full's final validation loss after ", fixed(mt.mean, 1), " s of training",
                       size_t(mt.n) < rs.size() ? str_cat(" (", mt.n, " of ", rs.size(), " seeds)") : "", ", ",
                       fixed(mr.mean, 3), " of full's time (", fixed(full_s, 1), " s)",
-                      mr.n >= 2 ? str_cat(", 95% CI [", fixed(mr.lo, 3), ", ", fixed(mr.hi, 3), "]") : "", ".\n");
+                      mr.n >= 2 ? str_cat(", 95% CI [", fixed(mr.lo, 3), ", ", fixed(mr.hi, 3), "]") : "", ".");
     if (me.n > 0)
-      ttl_md += str_cat("  At equal training time (its ", fixed(ms.mean, 1), " s), its validation loss against full's: ",
-                        verdict(me, 4, " nats"), ".\n");
+      ttl_md += str_cat(" At equal training time (its ", fixed(ms.mean, 1), " s), its validation loss against full's: ",
+                        verdict(me, 4, " nats"), ".");
+    ttl_md += "\n";
   }
   const std::string ttl_note =
       "Training seconds exclude evaluation: at each evaluation, the run's training time so far, summed over its log "
