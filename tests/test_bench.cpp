@@ -19,6 +19,7 @@
 #include "bench/bench_attention.h"
 #include "bench/bench_train.h"
 #include "bench/measure.h"
+#include "core/process.h"
 #include "core/rng.h"
 #include "core/sys.h"
 #include "kernels/attention_common.h"
@@ -279,6 +280,41 @@ TEST(BenchAttention, SmallCaseRowsPairRatiosAndWork) {
     EXPECT_GT(r["ms"].get<double>(), 0);
     EXPECT_EQ(r["rounds"], 2);
   }
+}
+
+
+// OpenBLAS's core type (core/sys.h): a core without AVX2 kernels on a CPU with AVX2/FMA or AVX-512 is replaced;
+// modern cores, and CPUs without AVX2, keep theirs.
+TEST(BlasCoretype, FixOnlyOldCoresOnNewCpus) {
+  EXPECT_EQ(blas_coretype_fix("Prescott", true, true), "SkylakeX");  // the Xeon model 207 this was found on
+  EXPECT_EQ(blas_coretype_fix("Prescott", true, false), "Haswell");
+  EXPECT_EQ(blas_coretype_fix("Nehalem", true, false), "Haswell");
+  EXPECT_EQ(blas_coretype_fix("Prescott", false, false), "");  // an SSE-only CPU: Prescott is right
+  EXPECT_EQ(blas_coretype_fix("Haswell", true, true), "");
+  EXPECT_EQ(blas_coretype_fix("SkylakeX", true, true), "");
+  EXPECT_EQ(blas_coretype_fix("Zen", true, false), "");
+  EXPECT_EQ(blas_coretype_fix("SapphireRapids", true, true), "");
+}
+
+// `aah info` shows the core the aah process runs: the fixed one where OpenBLAS misread the CPU (aah restarts itself
+// with OPENBLAS_CORETYPE set), and a user's own OPENBLAS_CORETYPE untouched.
+TEST(BlasCoretype, AahRunsTheFixedCoreAndKeepsTheUsers) {
+  std::string out;
+  ASSERT_EQ(process_run({"env", "OPENBLAS_CORETYPE=Prescott", AAH_BINARY, "info"}, {.output = &out}), 0) << out;
+  EXPECT_NE(out.find("openblas core: Prescott (OPENBLAS_CORETYPE=Prescott)\n"), std::string::npos) << out;
+  if (std::getenv("OPENBLAS_CORETYPE")) GTEST_SKIP() << "OPENBLAS_CORETYPE is set here: this process is not detected";
+  out.clear();
+  ASSERT_EQ(process_run({"env", "-u", "OPENBLAS_CORETYPE", AAH_BINARY, "info"}, {.output = &out}), 0) << out;
+  const std::string fix = blas_coretype_fix_here();  // this test process: OpenBLAS's own detection
+  if (fix.empty()) {
+    EXPECT_NE(out.find("openblas core: " + blas_corename() + "\n"), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find("openblas core: " + fix + " (OPENBLAS_CORETYPE=" + fix + " set by aah: OpenBLAS took this CPU for " +
+                       blas_corename() + ")\n"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("openmp threads: "), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 // aah <command>: thin parsing and printing; the work happens in the layers below (see cli/commands.h).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/check.h"
@@ -8,6 +12,14 @@
 #include "model/config.h"
 
 int main(int argc, char** argv) {
+  // OpenBLAS misread this CPU as an old one (SSE kernels, ~4x slower matrix products): restart once with the core
+  // type forced (core/sys.h). Only when the user has not set OPENBLAS_CORETYPE; if exec fails, go on as we are.
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    const std::string fix = aah::blas_coretype_fix_here();
+    if (!fix.empty() && ::setenv("AAH_OPENBLAS_DETECTED", aah::blas_corename().c_str(), 1) == 0 &&
+        ::setenv("OPENBLAS_CORETYPE", fix.c_str(), 1) == 0)
+      ::execv("/proc/self/exe", argv);
+  }
   aah::choose_thread_count();  // fewer OpenMP threads when other processes hold cores (OMP_NUM_THREADS overrides)
   CLI::App app{
       "aah - Asymmetric Attention Heads: train, evaluate and benchmark decoder-only Transformers whose attention\n"
@@ -30,6 +42,26 @@ int main(int argc, char** argv) {
   aah::add_generate_commands(app, rc);
   aah::add_suite_commands(app, rc);
   aah::add_probe_commands(app, rc);
+  auto* info = app.add_subcommand("info", "What aah sees on this machine: CPU, vector kernels, OpenBLAS core, threads");
+  info->callback([] {
+    std::printf("cpu: %s\n", aah::cpu_description().c_str());
+#ifdef __AVX512F__
+    std::puts("attention tile products: AVX-512 (16-wide) and AVX2");
+#elif defined(__AVX2__)
+    std::puts("attention tile products: AVX2 (8-wide)");
+#else
+    std::puts("attention tile products: scalar");
+#endif
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    const char* detected = std::getenv("AAH_OPENBLAS_DETECTED");
+    std::string how;
+    if (forced && detected)
+      how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, " set by aah: OpenBLAS took this CPU for ", detected, ")");
+    else if (forced)
+      how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, ")");
+    std::printf("openblas core: %s%s\n", aah::blas_corename().c_str(), how.c_str());
+    std::printf("openmp threads: %d\n", aah::num_threads());
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 
+extern "C" char* openblas_get_corename(void);
+
 namespace aah {
 
 double now_seconds() {
@@ -99,6 +101,26 @@ std::string cpu_description() {
                     : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? "AVX2/FMA"
                                                                                               : "SSE";
   return model + ", " + std::to_string(cores) + (cores == 1 ? " core, " : " cores, ") + isa;
+}
+
+std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool avx512) {
+  // OpenBLAS's core types with AVX2 and FMA kernels (0.3.21's names; later versions add more, which keep theirs).
+  static const char* const kModern[] = {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Excavator"};
+  for (const char* m : kModern)
+    if (corename == m) return "";
+  if (avx512) return "SkylakeX";
+  if (avx2_fma) return "Haswell";
+  return "";
+}
+
+std::string blas_corename() { return openblas_get_corename(); }
+
+std::string blas_coretype_fix_here() {
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512cd");
+  return blas_coretype_fix(blas_corename(), avx2_fma, avx512);
 }
 
 }  // namespace aah

@@ -24,6 +24,17 @@ double measure_cpu_capacity(int n, double seconds);
 // bit-identical reruns on a machine whose load changes.
 int choose_thread_count();
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+// OpenBLAS (Debian 12: 0.3.21) picks its kernels at load time from the CPU model. A CPU newer than it knows falls
+// back to "Prescott" (SSE3 kernels): on an Intel Xeon model 207 (AVX-512) that measured 50-64 GFLOP/s for an sgemm
+// of 1024^3 on 2 threads, against 215-290 with OPENBLAS_CORETYPE=SkylakeX. blas_coretype_fix returns the core type
+// to force instead ("SkylakeX" where the CPU has AVX-512 F/BW/VL/DQ/CD, else "Haswell" where it has AVX2 and FMA)
+// when `corename` is not one of OpenBLAS's AVX2 cores, and "" when nothing needs fixing. main() applies it by
+// restarting itself once with OPENBLAS_CORETYPE set (OpenBLAS reads it only at load); a user's own
+// OPENBLAS_CORETYPE is never overridden.
+std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool avx512);
+std::string blas_corename();  // openblas_get_corename(): the kernels OpenBLAS runs in this process
+// blas_coretype_fix for this process's OpenBLAS and CPU.
+std::string blas_coretype_fix_here();
 // The CPU as benchmarks name it: /proc/cpuinfo's model name, its core count and the widest vector ISA this
 // build runs ("AMD EPYC, 2 cores, AVX2/FMA"); "unknown CPU" when /proc/cpuinfo cannot be read.
 std::string cpu_description();
