@@ -30,6 +30,9 @@ torch_python=/usr/bin/python3
 have_torch=1
 "$torch_python" -c "import torch" 2>/dev/null || { have_torch=0; echo "long_context.sh: no PyTorch (apt-get install python3-torch): aah only" >&2; }
 tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
+# PyTorch's matrix products run on the same OpenBLAS: give it the core aah runs (aah forces one where OpenBLAS
+# misreads the CPU; see README, "OpenBLAS on CPUs newer than it").
+blas_core=$("$aah" info | sed -n 's/^openblas core: \([A-Za-z0-9]*\).*/\1/p')
 [ -e "$out" ] && { echo "long_context.sh: $out exists; move it away or pass --out" >&2; exit 1; }
 tmp="$out.partial"
 : > "$tmp"
@@ -40,7 +43,7 @@ for T in $contexts; do
   if [ "$have_torch" = 1 ] && [[ " $torch_contexts " == *" $T "* ]]; then
     for w in full mix; do
       echo "[long] pytorch --context $T --windows $w ($(date +%H:%M:%S))" >&2
-      LD_PRELOAD="$tcmalloc" "$torch_python" bench/pytorch_baseline.py --context "$T" --windows "$w" --steps 3 \
+      OPENBLAS_CORETYPE="$blas_core" LD_PRELOAD="$tcmalloc" "$torch_python" bench/pytorch_baseline.py --context "$T" --windows "$w" --steps 3 \
         --max-gb "$max_gb" --json | sed "s/^{/{\"engine\":\"pytorch\",/" >> "$tmp"
     done
   fi
