@@ -251,10 +251,11 @@ TEST(Kernels, BackwardIsThreadCountInvariant) {
 // blocks whose rows all have empty ranges (rows >= 48, a multiple of every block height).
 TEST(Kernels, TileGemmIsTheScalarFmaChainBitwise) {
   const int ld = 72;
-  for (const auto& [M, N, K] : {std::tuple{64, 64, 64}, std::tuple{64, 32, 47}, std::tuple{13, 40, 9},
-                                std::tuple{7, 17, 64}, std::tuple{50, 72, 33}})
+  for (const auto& shape : {std::tuple{64, 64, 64}, std::tuple{64, 32, 47}, std::tuple{13, 40, 9},
+                             std::tuple{7, 17, 64}, std::tuple{50, 72, 33}})
     for (int band = 0; band < 2; band++) {
-      auto row_range = [&, K = K](int r) {
+      const int M = std::get<0>(shape), N = std::get<1>(shape), K = std::get<2>(shape);  // (lambdas capture these)
+      auto row_range = [&](int r) {
         if (!band) return cpu::TileRange{0, K};
         if (r >= 48) return cpu::TileRange{0, 0};
         return cpu::TileRange{std::min(r / 3, K / 2), std::min(K, 5 + r)};
