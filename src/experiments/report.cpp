@@ -690,10 +690,9 @@ void report_write(const std::string& dir) {
       return cell(m, decimals) + (size_t(m.n) < rs.size() ? str_cat(" (", m.n, " of ", rs.size(), " seeds)") : "");
     };
     // NaN: full trained for less time than this run (or no full): no loss of full's at that time.
-    const std::string equal_cell =
-        !have_full || g == "full" ? std::string("–")
-        : me.n == 0               ? std::string("full trained less long")
-                                  : cell(me, 4) + (size_t(me.n) < rs.size() ? str_cat(" (", me.n, " of ", rs.size(), " seeds)") : "");
+    const std::string equal_cell = !have_full || g == "full" ? std::string("–")
+                                   : me.n == 0               ? std::string("full trained less long")
+                                                             : reached_cell(me, 4);
     ttl_t.rows.push_back({g, std::to_string(rs.size()), cell(ml, 4), cell(ms, 1), reached_cell(mt, 1),
                           reached_cell(mr, 3), equal_cell});
     ttl_json.push_back({{"regime", g},

@@ -243,8 +243,9 @@ struct LocalCounts {
 // Online-softmax update with one key tile. st (nk, ld) holds the scaled scores of queries 0 .. ncol-1 (columns)
 // and becomes P~^T = exp(s - m_new), 0 where masked. alpha[i] = exp(m_old - m_new) rescales O and l. In
 // boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated, and the rows
-// next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and dist accumulates e (i - j), rescaled the same way, so
-// that at the end entropy = log l - ent / l and mean distance = dist / l.
+// next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and
+// dist accumulates e (i - j), rescaled the same way, so that at the end entropy = log l - ent / l and mean
+// distance = dist / l.
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W) {
   for (int c = 0; c < ncol; c += 8) {  // ncol is a multiple of 8
