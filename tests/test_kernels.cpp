@@ -226,6 +226,30 @@ TEST(Kernels, ExpMaskedIsExpAboveTheCut) {
   for (float x : {88.4f, 88.6f, 88.8f, INFINITY}) EXPECT_EQ(cpu::vexp_masked_scalar(x), cpu::vexp_scalar(x)) << x;
 }
 
+// The width-generic vexp_masked_vec of the attention softmax loops: every lane of the 8-wide and (where compiled)
+// 16-wide versions is the scalar vexp_masked_scalar, bit for bit, so attention gives the same bits at either width.
+TEST(Kernels, ExpMaskedVectorLanesAreTheScalar) {
+  std::vector<float> xs = {-INFINITY, NAN, -1e30f, -88.0f, -87.2f, -87.0f, -86.99f, 0.0f, 80.0f, 88.6f, 88.8f, INFINITY};
+  Rng rng(5);
+  while (xs.size() % 16 != 0 || xs.size() < 4096) xs.push_back(-100.0f + 190.0f * float(rng.uniform()));
+  int checked = 0;
+#ifdef AAH_AVX2
+  alignas(32) float out8[8];
+  for (size_t i = 0; i < xs.size(); i += 8) {
+    _mm256_store_ps(out8, cpu::vexp_masked_vec(_mm256_loadu_ps(xs.data() + i)));
+    for (int l = 0; l < 8; l++, checked++) EXPECT_EQ(out8[l], cpu::vexp_masked_scalar(xs[i + l])) << xs[i + l];
+  }
+#endif
+#ifdef AAH_AVX512
+  alignas(64) float out16[16];
+  for (size_t i = 0; i < xs.size(); i += 16) {
+    _mm512_store_ps(out16, cpu::vexp_masked_vec(_mm512_loadu_ps(xs.data() + i)));
+    for (int l = 0; l < 16; l++, checked++) EXPECT_EQ(out16[l], cpu::vexp_masked_scalar(xs[i + l])) << xs[i + l];
+  }
+#endif
+  if (checked == 0) GTEST_SKIP() << "no vector exp compiled in (no AVX2)";
+}
+
 // Reductions split by channel, never by row: the same bits with 1 thread or 2.
 TEST(Kernels, BackwardIsThreadCountInvariant) {
   const int N = 333, C = 96;

@@ -153,6 +153,22 @@ inline void attn_zero_margin(float* t, TileRange rg, int nk, int c) {
     for (int i = 0; i < 8; i++) t[j * kLd + c + i] = 0.0f;
 }
 
+#ifdef AAH_AVX512
+// Boundary tiles, 16 columns c .. c + 15 taken as one group (AVX-512): the union of the rows the two 8-column groups
+// see. A lane whose query cannot see a row of it gets kMasked there (so probability 0), and the margin next to the
+// union is zeroed for both groups.
+inline TileRange attn_vec_keys_16(int q0, int c, int k0, int nk, int W) {
+  const TileRange r0 = attn_vec_keys(false, q0, c, k0, nk, W), r1 = attn_vec_keys(false, q0, c + 8, k0, nk, W);
+  return {r0.lo, std::max(r0.hi, r1.hi)};
+}
+inline void attn_prepare_boundary_16(float* st, TileRange rg, int nk, int c, int q0, int k0, int W) {
+  for (int half = c; half < c + 16; half += 8) {
+    attn_zero_margin(st, rg, nk, half);
+    attn_mask_rows(st, rg, half, q0, k0, W);
+  }
+}
+#endif
+
 // dst (D, BQ) = src (nq, D)^T * scale, columns nq .. ncol-1 zeroed.
 void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, float scale) {
   int i = 0;
@@ -240,86 +256,109 @@ struct LocalCounts {
 // ---------------------------------------------------------------------------------------------------------------
 // Forward.
 
+#ifdef AAH_AVX2
+// The vector body of attn_softmax_tile: columns c .. c + V::kWidth - 1, key rows rg (masked where needed).
+template <class V>
+inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch& ts, bool diag, int q0, int k0) {
+  using T = typename V::T;
+  const T m_old = V::load(ts.m + c);
+  T mx0 = V::set1(kMasked), mx1 = mx0;
+  int j = rg.lo;
+  for (; j + 2 <= rg.hi; j += 2) {
+    mx0 = V::max(mx0, V::load(st + j * kLd + c));
+    mx1 = V::max(mx1, V::load(st + (j + 1) * kLd + c));
+  }
+  if (j < rg.hi) mx0 = V::max(mx0, V::load(st + j * kLd + c));
+  const T m_new = V::max(m_old, V::max(mx0, mx1));
+  const T alpha = vexp_masked_vec(V::sub(m_old, m_new));
+  T s0 = V::zero(), s1 = s0;
+  if (!diag) {
+    for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
+      const T e0 = vexp_masked_vec(V::sub(V::load(st + j * kLd + c), m_new));
+      const T e1 = vexp_masked_vec(V::sub(V::load(st + (j + 1) * kLd + c), m_new));
+      V::store(st + j * kLd + c, e0);
+      V::store(st + (j + 1) * kLd + c, e1);
+      s0 = V::add(s0, e0);
+      s1 = V::add(s1, e1);
+    }
+    if (j < rg.hi) {
+      const T e0 = vexp_masked_vec(V::sub(V::load(st + j * kLd + c), m_new));
+      V::store(st + j * kLd + c, e0);
+      s0 = V::add(s0, e0);
+    }
+  } else {
+    // a = sum e (s - m_new); dist = sum e (i - j) = (i - k0) sum e - sum e (j - k0)
+    T a0 = V::zero(), a1 = a0, j0 = a0, j1 = a0;
+    T jf = V::set1((float)rg.lo);  // j as a float, counted along
+    const T one = V::set1(1.0f);
+    for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
+      const T x0 = V::sub(V::load(st + j * kLd + c), m_new);
+      const T x1 = V::sub(V::load(st + (j + 1) * kLd + c), m_new);
+      const T e0 = vexp_masked_vec(x0), e1 = vexp_masked_vec(x1);
+      V::store(st + j * kLd + c, e0);
+      V::store(st + (j + 1) * kLd + c, e1);
+      s0 = V::add(s0, e0);
+      s1 = V::add(s1, e1);
+      a0 = V::fmadd(e0, x0, a0);
+      a1 = V::fmadd(e1, x1, a1);
+      j0 = V::fmadd(e0, jf, j0);
+      jf = V::add(jf, one);
+      j1 = V::fmadd(e1, jf, j1);
+      jf = V::add(jf, one);
+    }
+    if (j < rg.hi) {
+      const T x0 = V::sub(V::load(st + j * kLd + c), m_new);
+      const T e0 = vexp_masked_vec(x0);
+      V::store(st + j * kLd + c, e0);
+      s0 = V::add(s0, e0);
+      a0 = V::fmadd(e0, x0, a0);
+      j0 = V::fmadd(e0, jf, j0);
+    }
+    const T l_old = V::load(ts.l + c);
+    const T ent_old = V::load(ts.ent + c);
+    // ent_new = alpha (ent_old + (m_old - m_new) l_old) + sum e (s - m_new)
+    const T ent_shift = V::fmadd(V::sub(m_old, m_new), l_old, ent_old);
+    V::store(ts.ent + c, V::fmadd(alpha, ent_shift, V::add(a0, a1)));
+    const T irel = V::add(V::set1((float)(q0 + c - k0)), V::iota());
+    const T d_tile = V::fmsub(irel, V::add(s0, s1), V::add(j0, j1));
+    V::store(ts.dist + c, V::fmadd(alpha, V::load(ts.dist + c), d_tile));
+  }
+  V::store(ts.l + c, V::fmadd(alpha, V::load(ts.l + c), V::add(s0, s1)));
+  V::store(ts.m + c, m_new);
+  V::store(ts.alpha + c, alpha);
+}
+#endif
+
 // Online-softmax update with one key tile. st (nk, ld) holds the scaled scores of queries 0 .. ncol-1 (columns)
 // and becomes P~^T = exp(s - m_new), 0 where masked. alpha[i] = exp(m_old - m_new) rescales O and l. In
 // boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated, and the rows
 // next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and
 // dist accumulates e (i - j), rescaled the same way, so that at the end entropy = log l - ent / l and mean
-// distance = dist / l.
+// distance = dist / l. Interior tiles take 16 columns at a time where the CPU has AVX-512 (the same bits).
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W) {
-  for (int c = 0; c < ncol; c += 8) {  // ncol is a multiple of 8
+  int c = 0;  // ncol is a multiple of 8
+#ifdef AAH_AVX512
+  for (; c + 16 <= ncol; c += 16) {
+    TileRange rg{0, nk};
+    if (!interior) {
+      rg = attn_vec_keys_16(q0, c, k0, nk, W);
+      // The row sums pair rows (j - rg.lo even / odd): the same pairs as the two 8-wide groups only if their
+      // first rows differ by an even count. Otherwise the rest goes 8 wide.
+      if ((attn_vec_keys(false, q0, c + 8, k0, nk, W).lo - rg.lo) % 2 != 0) break;
+      attn_prepare_boundary_16(st, rg, nk, c, q0, k0, W);
+    }
+    attn_softmax_cols<Vec16>(st, rg, c, ts, diag, q0, k0);
+  }
+#endif
+  for (; c < ncol; c += 8) {
     const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
     if (!interior) {
       attn_zero_margin(st, rg, nk, c);
       attn_mask_rows(st, rg, c, q0, k0, W);
     }
 #ifdef AAH_AVX2
-    const __m256 m_old = _mm256_loadu_ps(ts.m + c);
-    __m256 mx0 = _mm256_set1_ps(kMasked), mx1 = mx0;
-    int j = rg.lo;
-    for (; j + 2 <= rg.hi; j += 2) {
-      mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(st + j * kLd + c));
-      mx1 = _mm256_max_ps(mx1, _mm256_loadu_ps(st + (j + 1) * kLd + c));
-    }
-    if (j < rg.hi) mx0 = _mm256_max_ps(mx0, _mm256_loadu_ps(st + j * kLd + c));
-    const __m256 m_new = _mm256_max_ps(m_old, _mm256_max_ps(mx0, mx1));
-    const __m256 alpha = vexp_masked_avx2(_mm256_sub_ps(m_old, m_new));
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    if (!diag) {
-      for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
-        const __m256 e0 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
-        const __m256 e1 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new));
-        _mm256_storeu_ps(st + j * kLd + c, e0);
-        _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
-        s0 = _mm256_add_ps(s0, e0);
-        s1 = _mm256_add_ps(s1, e1);
-      }
-      if (j < rg.hi) {
-        const __m256 e0 = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new));
-        _mm256_storeu_ps(st + j * kLd + c, e0);
-        s0 = _mm256_add_ps(s0, e0);
-      }
-    } else {
-      // a = sum e (s - m_new); dist = sum e (i - j) = (i - k0) sum e - sum e (j - k0)
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, j0 = a0, j1 = a0;
-      __m256 jf = _mm256_set1_ps((float)rg.lo);  // j as a float, counted along
-      const __m256 one = _mm256_set1_ps(1.0f);
-      for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
-        const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
-        const __m256 x1 = _mm256_sub_ps(_mm256_loadu_ps(st + (j + 1) * kLd + c), m_new);
-        const __m256 e0 = vexp_masked_avx2(x0), e1 = vexp_masked_avx2(x1);
-        _mm256_storeu_ps(st + j * kLd + c, e0);
-        _mm256_storeu_ps(st + (j + 1) * kLd + c, e1);
-        s0 = _mm256_add_ps(s0, e0);
-        s1 = _mm256_add_ps(s1, e1);
-        a0 = _mm256_fmadd_ps(e0, x0, a0);
-        a1 = _mm256_fmadd_ps(e1, x1, a1);
-        j0 = _mm256_fmadd_ps(e0, jf, j0);
-        jf = _mm256_add_ps(jf, one);
-        j1 = _mm256_fmadd_ps(e1, jf, j1);
-        jf = _mm256_add_ps(jf, one);
-      }
-      if (j < rg.hi) {
-        const __m256 x0 = _mm256_sub_ps(_mm256_loadu_ps(st + j * kLd + c), m_new);
-        const __m256 e0 = vexp_masked_avx2(x0);
-        _mm256_storeu_ps(st + j * kLd + c, e0);
-        s0 = _mm256_add_ps(s0, e0);
-        a0 = _mm256_fmadd_ps(e0, x0, a0);
-        j0 = _mm256_fmadd_ps(e0, jf, j0);
-      }
-      const __m256 l_old = _mm256_loadu_ps(ts.l + c);
-      const __m256 ent_old = _mm256_loadu_ps(ts.ent + c);
-      // ent_new = alpha (ent_old + (m_old - m_new) l_old) + sum e (s - m_new)
-      const __m256 ent_shift = _mm256_fmadd_ps(_mm256_sub_ps(m_old, m_new), l_old, ent_old);
-      _mm256_storeu_ps(ts.ent + c, _mm256_fmadd_ps(alpha, ent_shift, _mm256_add_ps(a0, a1)));
-      const __m256 irel = _mm256_add_ps(_mm256_set1_ps((float)(q0 + c - k0)), _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7));
-      const __m256 d_tile = _mm256_fmsub_ps(irel, _mm256_add_ps(s0, s1), _mm256_add_ps(j0, j1));
-      _mm256_storeu_ps(ts.dist + c, _mm256_fmadd_ps(alpha, _mm256_loadu_ps(ts.dist + c), d_tile));
-    }
-    _mm256_storeu_ps(ts.l + c, _mm256_fmadd_ps(alpha, _mm256_loadu_ps(ts.l + c), _mm256_add_ps(s0, s1)));
-    _mm256_storeu_ps(ts.m + c, m_new);
-    _mm256_storeu_ps(ts.alpha + c, alpha);
+    attn_softmax_cols<Vec8>(st, rg, c, ts, diag, q0, k0);
 #else
     for (int cc = c; cc < c + 8; cc++) {
       const float m_old = ts.m[cc];
@@ -434,11 +473,40 @@ void attn_bwd_load_qtile(const AttnArgs& a, const float* dout, const float* lse,
   }
 }
 
+#ifdef AAH_AVX2
+// The vector body of attn_bwd_ds_tile: columns c .. c + V::kWidth - 1, key rows rg.
+template <class V>
+inline void attn_bwd_ds_cols(float* st, float* dpt, TileRange rg, int c, const TileScratch& ts, float scale) {
+  using T = typename V::T;
+  const T sc = V::set1(scale), lse = V::load(ts.lse + c), delta = V::load(ts.delta + c);
+  for (int j = rg.lo; j < rg.hi; j++) {
+    float* sp = st + j * kLd + c;
+    float* dp = dpt + j * kLd + c;
+    const T p = vexp_masked_vec(V::sub(V::load(sp), lse));
+    V::store(sp, p);
+    V::store(dp, V::mul(V::mul(p, sc), V::sub(V::load(dp), delta)));
+  }
+}
+#endif
+
 // P^T and dS^T from S^T (in st) and dP^T (in dpt), in place; like the forward, boundary tiles mask only the
 // rows an 8-column group can see and zero the rows next to them (attn_zero_margin).
 void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch& ts, float scale, bool interior,
                       int q0, int k0, int W) {
-  for (int c = 0; c < ncol; c += 8) {
+  int c = 0;
+#ifdef AAH_AVX512
+  for (; c + 16 <= ncol; c += 16) {
+    TileRange rg{0, nk};
+    if (!interior) {
+      rg = attn_vec_keys_16(q0, c, k0, nk, W);
+      attn_zero_margin(dpt, rg, nk, c);
+      attn_zero_margin(dpt, rg, nk, c + 8);
+      attn_prepare_boundary_16(st, rg, nk, c, q0, k0, W);
+    }
+    attn_bwd_ds_cols<Vec16>(st, dpt, rg, c, ts, scale);
+  }
+#endif
+  for (; c < ncol; c += 8) {
     const TileRange rg = attn_vec_keys(interior, q0, c, k0, nk, W);
     if (!interior) {
       attn_zero_margin(st, rg, nk, c);
@@ -446,14 +514,7 @@ void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch
       attn_mask_rows(st, rg, c, q0, k0, W);
     }
 #ifdef AAH_AVX2
-    const __m256 sc = _mm256_set1_ps(scale), lse = _mm256_loadu_ps(ts.lse + c), delta = _mm256_loadu_ps(ts.delta + c);
-    for (int j = rg.lo; j < rg.hi; j++) {
-      float* sp = st + j * kLd + c;
-      float* dp = dpt + j * kLd + c;
-      const __m256 p = vexp_masked_avx2(_mm256_sub_ps(_mm256_loadu_ps(sp), lse));
-      _mm256_storeu_ps(sp, p);
-      _mm256_storeu_ps(dp, _mm256_mul_ps(_mm256_mul_ps(p, sc), _mm256_sub_ps(_mm256_loadu_ps(dp), delta)));
-    }
+    attn_bwd_ds_cols<Vec8>(st, dpt, rg, c, ts, scale);
 #else
     for (int j = rg.lo; j < rg.hi; j++)
       for (int cc = c; cc < c + 8; cc++) {

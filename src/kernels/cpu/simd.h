@@ -9,3 +9,47 @@
 #if defined(AAH_AVX2) && defined(__AVX512F__)
 #define AAH_AVX512 1
 #endif
+
+namespace aah::cpu {
+#ifdef AAH_AVX2
+// The vector types of the tile products (kernels/cpu/tile_gemm.h) and the softmax loops of attention: 8 floats
+// (AVX2) and, where the CPU has it, 16 (AVX-512). Every operation is per lane and rounds once, so both widths
+// give the same bits for every element.
+struct Vec8 {
+  using T = __m256;
+  static constexpr int kWidth = 8;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }  // lane i holds i
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T x) { _mm256_storeu_ps(p, x); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T fmsub(T a, T b, T c) { return _mm256_fmsub_ps(a, b, c); }
+};
+#endif
+#ifdef AAH_AVX512
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+struct Vec16 {
+  using T = __m512;
+  static constexpr int kWidth = 16;
+  static T zero() { return _mm512_setzero_ps(); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T x) { _mm512_storeu_ps(p, x); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }
+};
+#pragma GCC diagnostic pop
+#endif
+}  // namespace aah::cpu

@@ -31,33 +31,6 @@ struct TileFullRange {
 };
 
 #ifdef AAH_AVX2
-// The vector types of the micro-kernel: 8 floats (AVX2) and, where the CPU has it, 16 (AVX-512). An FMA rounds
-// once whatever the width, so both give the same bits for every element.
-struct Vec8 {
-  using T = __m256;
-  static constexpr int kWidth = 8;
-  static T zero() { return _mm256_setzero_ps(); }
-  static T set1(float x) { return _mm256_set1_ps(x); }
-  static T load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, T x) { _mm256_storeu_ps(p, x); }
-  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
-  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
-};
-#endif
-#ifdef AAH_AVX512
-struct Vec16 {
-  using T = __m512;
-  static constexpr int kWidth = 16;
-  static T zero() { return _mm512_setzero_ps(); }
-  static T set1(float x) { return _mm512_set1_ps(x); }
-  static T load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, T x) { _mm512_storeu_ps(p, x); }
-  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
-  static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
-};
-#endif
-
-#ifdef AAH_AVX2
 // MR rows x NV vectors of C, one FMA chain per element over k.
 template <class V, int MR, int NV, int MODE>
 inline void tile_gemm_ukernel(int K, const float* A, int64_t rsa, int64_t ksa, const float* Bm, int64_t ldb,

@@ -4,6 +4,7 @@
 //   vexp          exp(x), x clamped to [-87.3, 88.7]
 //   vexp_masked   the same, but exactly 0 below kVexpZeroBelow (and for -inf and NaN): attention's masked scores
 //                 (-inf) give probabilities that are exactly 0. Above it the two are the same, bit for bit.
+//   vexp_masked_vec  vexp_masked on a Vec8 or Vec16 register (kernels/cpu/simd.h), for width-generic loops
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -62,6 +63,37 @@ inline __m256 vexp_masked_avx2(__m256 x) {
   const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kVexpZeroBelow), _CMP_GE_OQ);
   return _mm256_and_ps(vexp_avx2(x), keep);
 }
+inline __m256 vexp_masked_vec(__m256 x) { return vexp_masked_avx2(x); }
+#endif
+
+#ifdef AAH_AVX512
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The AVX2 arithmetic, 16 lanes wide: the same bits lane for lane.
+inline __m512 vexp_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+inline __m512 vexp_masked_vec(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kVexpZeroBelow), _CMP_GE_OQ);
+  return _mm512_maskz_mov_ps(keep, vexp_avx512(x));
+}
+#pragma GCC diagnostic pop
 #endif
 
 // out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
