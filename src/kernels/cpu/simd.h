@@ -33,8 +33,10 @@ struct Vec8 {
 #endif
 #ifdef AAH_AVX512
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports (GCC bug 105593).
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 struct Vec16 {
   using T = __m512;
   static constexpr int kWidth = 16;
@@ -50,6 +52,8 @@ struct Vec16 {
   static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }
 };
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 }  // namespace aah::cpu

@@ -68,8 +68,10 @@ inline __m256 vexp_masked_vec(__m256 x) { return vexp_masked_avx2(x); }
 
 #ifdef AAH_AVX512
 // GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports (GCC bug 105593).
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // The AVX2 arithmetic, 16 lanes wide: the same bits lane for lane.
 inline __m512 vexp_avx512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
@@ -93,7 +95,9 @@ inline __m512 vexp_masked_vec(__m512 x) {
   const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kVexpZeroBelow), _CMP_GE_OQ);
   return _mm512_maskz_mov_ps(keep, vexp_avx512(x));
 }
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 // out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
