@@ -62,7 +62,23 @@ std::string compiler() {
 #endif
 }
 
-std::string golden_key() { return instruction_set() + "-" + compiler() + "-openblas-" + openblas_get_corename(); }
+// The OpenBLAS core the aah binary runs, which can differ from this test process's: aah restarts itself with
+// OPENBLAS_CORETYPE set where OpenBLAS misreads the CPU (core/sys.h), and `aah info` says which core it runs.
+std::string aah_blas_core() {
+  static const std::string core = [] {
+    std::string out;
+    const std::string tag = "openblas core: ";
+    if (process_run({AAH_BINARY, "info"}, {.output = &out}) == 0)
+      if (const size_t at = out.find(tag); at != std::string::npos) {
+        const size_t from = at + tag.size();
+        return out.substr(from, out.find_first_of(" \n", from) - from);
+      }
+    return std::string(openblas_get_corename());
+  }();
+  return core;
+}
+
+std::string golden_key() { return instruction_set() + "-" + compiler() + "-openblas-" + aah_blas_core(); }
 
 std::string golden_path() { return std::string(AAH_SOURCE_DIR) + "/tests/golden/" + golden_key() + ".json"; }
 

@@ -142,8 +142,8 @@ SuitePreset suite_preset(const std::string& name) {
     // main job, i.e. full's cost plus its measurement; give --regimes full,full_adaptive,coverage to run it).
     p.summary =
         "Python stdlib (long documents), 1.0M-parameter model, context 8192: full, full_adaptive and the "
-        "coverage policy at full_adaptive's pair ratio, 1 seed, 300 steps (~30-45 minutes on 2 cores; a full-window "
-        "step took 2.2 s on an AMD EPYC, 2.9 s on an Intel Xeon)";
+        "coverage policy at full_adaptive's pair ratio, 1 seed, 300 steps (~20-45 minutes on 2 cores: a full-window "
+        "step took 2.2 s on an AMD EPYC, 1.5 s on an Intel Xeon with AVX-512; --seeds 0,1,2 for intervals, ~1 h)";
     p.data = "code", p.data_vocab = 1024;
     p.sets = long_sets(kLongSteps);
     p.regimes = {"full", "full_adaptive", "coverage_matched"};
