@@ -334,7 +334,8 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
 // boundary tiles only the rows some query of an 8-column group can see are masked and exponentiated, and the rows
 // next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and
 // dist accumulates e (i - j), rescaled the same way, so that at the end entropy = log l - ent / l and mean
-// distance = dist / l. Interior tiles take 16 columns at a time where the CPU has AVX-512 (the same bits).
+// distance = dist / l. Where the CPU has AVX-512, 16 columns at a time (boundary tiles: over the union of the two
+// 8-column groups' rows, attn_vec_keys_16), with the same bits as 8 at a time.
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W) {
   int c = 0;  // ncol is a multiple of 8
