@@ -6,21 +6,28 @@
 # Every figure is a JSON line in OUT (default bench-long.jsonl); a table is printed at the end. The peak RSS of each
 # aah process is its own (one process per context), so the RSS column shows how memory grows with T.
 #   bash bench/long_context.sh [--contexts "4096 8192 16384 32768"] [--torch-contexts "4096 8192 16384"]
-#                              [--out FILE] [--max-gb 20]
-# About 25 minutes on 2 cores (AVX2) for the defaults, most of it T = 32768 (a full-window step there is ~90 s).
+#                              [--out FILE] [--max-gb 20] [--rounds 5] [--budget 60]
+# aah: --rounds timed rounds per context at least (after one warm-up round), more while a spread is over 10% and
+# the rounds fit in --budget seconds (so short contexts repeat until they hold still; 32K stops at --rounds).
+# About 35 minutes on 2 cores (AVX2) for the defaults, most of it T = 32768 (a full-window step there is ~65 s),
+# 20 on an AVX-512 Xeon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 contexts="4096 8192 16384 32768"
 torch_contexts="4096 8192 16384"
 out=bench-long.jsonl
 max_gb=20
+rounds=5
+budget=60
 while [ $# -gt 0 ]; do
   case "$1" in
     --contexts) contexts="$2"; shift 2 ;;
     --torch-contexts) torch_contexts="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --max-gb) max_gb="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "long_context.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +45,7 @@ tmp="$out.partial"
 : > "$tmp"
 for T in $contexts; do
   echo "[long] aah bench train --context $T --windows mix,T/8 ($(date +%H:%M:%S))" >&2
-  "$aah" bench train --context "$T" --windows mix,T/8 --rounds-min 3 --budget 1 --json \
+  "$aah" bench train --context "$T" --windows mix,T/8 --rounds-min "$rounds" --budget "$budget" --json \
     | sed "s/^{/{\"engine\":\"aah\",/" >> "$tmp"
   if [ "$have_torch" = 1 ] && [[ " $torch_contexts " == *" $T "* ]]; then
     for w in full mix; do
