@@ -126,11 +126,8 @@ inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int
   const __m256i wv = _mm256_set1_epi32(W);
   const __m256 masked = _mm256_set1_ps(kMasked);
 #endif
-  for (int j = rows.lo; j < rows.hi; j++) {
-    // distance query - key of lane 0; lanes add 0..7. A row every lane sees needs no mask (most rows of a
-    // boundary tile: only ~8 rows at the diagonal and ~8 at the window's far edge are partly visible).
-    const int d0 = q0 + c - (k0 + j);
-    if (d0 >= 0 && (int64_t)d0 + 7 < W) continue;
+  auto mask_row = [&](int j) {
+    const int d0 = q0 + c - (k0 + j);  // distance query - key of lane 0; lanes add 0..7
     float* row = st + j * kLd + c;
 #ifdef AAH_AVX2
     const __m256i d = _mm256_add_epi32(_mm256_set1_epi32(d0), lane);
@@ -139,7 +136,14 @@ inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int
 #else
     for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
 #endif
-  }
+  };
+  // Every lane sees row j when 0 <= d0 and d0 + 7 < W, i.e. far <= j <= near: those rows need no mask. Only the
+  // rows before `far` (the window's far edge) and after `near` (the diagonal) are visited: a few at each edge,
+  // instead of every row of `rows`.
+  const int near = q0 + c - k0, far = (int)std::max<int64_t>(INT32_MIN, (int64_t)near + 8 - W);
+  const int far_end = std::min(rows.hi, far);
+  for (int j = rows.lo; j < far_end; j++) mask_row(j);
+  for (int j = std::max({rows.lo, far_end, near + 1}); j < rows.hi; j++) mask_row(j);
 }
 
 // Boundary tiles: rows of an 8-column group outside its visible rows `rg` are set to 0 where a later product can

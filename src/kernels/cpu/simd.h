@@ -27,8 +27,18 @@ struct Vec8 {
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T min(T a, T b) { return _mm256_min_ps(a, b); }
   static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T fmsub(T a, T b, T c) { return _mm256_fmsub_ps(a, b, c); }
+  static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integer-valued n in [-126, 127], built from the exponent bits
+  static T pow2(T n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  // a where x >= bound (false for NaN), else 0
+  static T keep_ge(T a, T x, float bound) {
+    return _mm256_and_ps(a, _mm256_cmp_ps(x, _mm256_set1_ps(bound), _CMP_GE_OQ));
+  }
 };
 #endif
 #ifdef AAH_AVX512
@@ -49,8 +59,16 @@ struct Vec16 {
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T min(T a, T b) { return _mm512_min_ps(a, b); }
   static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T fmsub(T a, T b, T c) { return _mm512_fmsub_ps(a, b, c); }
+  static T round(T x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static T pow2(T n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static T keep_ge(T a, T x, float bound) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(bound), _CMP_GE_OQ), a);
+  }
 };
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
