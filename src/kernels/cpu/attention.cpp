@@ -127,9 +127,9 @@ inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int
   const __m256 masked = _mm256_set1_ps(kMasked);
 #endif
   auto mask_row = [&](int j) {
-    const int d0 = q0 + c - (k0 + j);  // distance query - key of lane 0; lanes add 0..7
     float* row = st + j * kLd + c;
 #ifdef AAH_AVX2
+    const int d0 = q0 + c - (k0 + j);  // distance query - key of lane 0; lanes add 0..7
     const __m256i d = _mm256_add_epi32(_mm256_set1_epi32(d0), lane);
     const __m256i vis = _mm256_and_si256(_mm256_cmpgt_epi32(d, minus1), _mm256_cmpgt_epi32(wv, d));
     _mm256_storeu_ps(row, _mm256_blendv_ps(masked, _mm256_loadu_ps(row), _mm256_castsi256_ps(vis)));

@@ -68,11 +68,13 @@ inline __m512 vexp_masked_vec(__m512 x) { return Vec16::keep_ge(vexp_vec<Vec16>(
 #endif
 
 // out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
-// fixed order. out may be x.
+// fixed order: 8 partial sums (element i into sum i % 8) over the whole blocks of 8, added in order, then the tail.
+// The AVX2 path keeps the partial sums in a register and the portable path in an array: the same bits (one serial
+// sum over a 50,000-word vocabulary was off by up to 3e-5, relative, in the tests). out may be x.
 template <bool MASKED = false>
 inline float vexp_shifted_sum(float* out, const float* x, float shift, int n) {
   int i = 0;
-  float sum = 0;
+  alignas(32) float lanes[8] = {};
 #ifdef AAH_AVX2
   __m256 acc = _mm256_setzero_ps();
   const __m256 s = _mm256_set1_ps(shift);
@@ -82,10 +84,16 @@ inline float vexp_shifted_sum(float* out, const float* x, float shift, int n) {
     _mm256_storeu_ps(out + i, e);
     acc = _mm256_add_ps(acc, e);
   }
-  alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
-  for (float l : lanes) sum += l;
+#else
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) {
+      out[i + j] = MASKED ? vexp_masked_scalar(x[i + j] - shift) : vexp_scalar(x[i + j] - shift);
+      lanes[j] += out[i + j];
+    }
 #endif
+  float sum = 0;
+  for (float l : lanes) sum += l;
   for (; i < n; i++) {
     out[i] = MASKED ? vexp_masked_scalar(x[i] - shift) : vexp_scalar(x[i] - shift);
     sum += out[i];
