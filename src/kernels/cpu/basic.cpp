@@ -185,7 +185,7 @@ void swiglu_forward(float* out, const float* h, int N, int F) {
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; f + 8 <= F; f += 8) {
       const __m256 gv = _mm256_loadu_ps(g + f);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_vec<Vec8>(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
       _mm256_storeu_ps(o + f, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + f)));
     }
 #endif
@@ -206,7 +206,7 @@ void swiglu_backward(float* dh, const float* dout, const float* h, int N, int F)
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; f + 8 <= F; f += 8) {
       const __m256 gv = _mm256_loadu_ps(g + f), uv = _mm256_loadu_ps(u + f), dv = _mm256_loadu_ps(d + f);
-      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+      const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, vexp_vec<Vec8>(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
       // d silu(g) / dg = sig (1 + g (1 - sig))
       const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(gv, _mm256_sub_ps(one, sig), one));
       _mm256_storeu_ps(dg + f, _mm256_mul_ps(_mm256_mul_ps(dv, uv), dsilu));
