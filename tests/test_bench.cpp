@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_attention.h"
+#include "bench/bench_decode.h"
 #include "bench/bench_train.h"
 #include "bench/measure.h"
 #include "core/process.h"
@@ -282,6 +283,45 @@ TEST(BenchAttention, SmallCaseRowsPairRatiosAndWork) {
   }
 }
 
+
+// `aah bench decode` on a small context (T = 512, 3 rounds): one JSON row per window set; the KV bytes follow the
+// windows exactly (the paper's mix at T = 512 on 8 heads: 4 x 64, 2 x 128, 256, 512 = 0.3125 of full), and the
+// attention pairs per decoded token are the visible pairs of the last 128 positions, counted by hand.
+TEST(BenchDecode, SmallCaseKvFollowsTheWindows) {
+  BenchOptions o;
+  o.json = true;
+  o.measure.warmup_rounds = 0, o.measure.rounds_min = 3, o.measure.rounds_max = 3, o.measure.budget_s = 0.01;
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bench_decode(o, 512), 0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  std::vector<nlohmann::json> rows;
+  size_t at = 0;
+  for (size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1)
+    rows.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
+  ASSERT_EQ(rows.size(), 2u) << out;
+  const ModelConfig m = bench_c_model();
+  const std::vector<int> mix = {64, 64, 64, 64, 128, 128, 256, 512};
+  for (size_t si = 0; si < 2; si++) {
+    const nlohmann::json& r = rows[si];
+    EXPECT_EQ(r["window_set"], si == 0 ? "full" : "full_adaptive_mix");
+    EXPECT_EQ(r["T"], 512);
+    EXPECT_EQ(r["prompt"], 384);
+    EXPECT_EQ(r["decoded"], 128);
+    EXPECT_EQ(r["rounds"], 3);
+    EXPECT_DOUBLE_EQ(r["kv_ratio"].get<double>(), si == 0 ? 1.0 : 0.3125);
+    EXPECT_DOUBLE_EQ(r["window_ratio"].get<double>(), si == 0 ? 1.0 : 0.3125);
+    double pairs = 0;  // per decoded token: every layer and head, key positions the query at t sees
+    for (int t = 384; t < 512; t++)
+      for (int h = 0; h < 8; h++) pairs += std::min(t + 1, si == 0 ? 512 : mix[h]);
+    pairs *= double(m.num_hidden_layers) / 128;
+    EXPECT_DOUBLE_EQ(r["decode_attention_pairs_per_token"].get<double>(), pairs);
+    EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 0);
+    if (si == 0) {
+      EXPECT_DOUBLE_EQ(r["time_ratio"].get<double>(), 1.0);
+    }
+    EXPECT_EQ(r["stats"]["time_ratio"]["n"], 3);
+  }
+}
 
 // OpenBLAS's core type (core/sys.h): a core without AVX2 kernels on a CPU with AVX2/FMA or AVX-512 is replaced;
 // modern cores, and CPUs without AVX2, keep theirs.
