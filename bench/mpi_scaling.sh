@@ -44,6 +44,7 @@ python3 - "$WORK" "$ROUNDS" "${LAYOUTS[@]}" <<'PY'
 import json, sys
 
 work, rounds, layouts = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+tokens_per_step = 4 * 1024  # global batch 4 x context 1024
 names = {"1x2": "1 process x 2 threads", "1x1": "1 process x 1 thread", "2x1": "2 processes x 1 thread",
          "2x1-blocking": "2 x 1, blocking all-reduce"}
 
@@ -70,11 +71,11 @@ print(f"{'layout':28s} {'tokens/s':>10s} {'spread':>7s} {'vs 1x2':>7s} {'spread'
 for l in layouts:
     tok = [t for t, _ in fig[l]]
     ratio = [t / b for (t, _), (b, _) in zip(fig[l], fig["1x2"])]  # per round, against 1 process x 2 threads
-    share = [a / (4 * 1024 / t * 1000) for t, a in fig[l]]
+    share = [a / (tokens_per_step / t * 1000) for t, a in fig[l]]
     (tm, ts, tf), (rm, rs, rf) = stats(tok), stats(ratio)
     ar = quantile([a for _, a in fig[l]], 0.5)
     ratio_text = f"{rm:6.3f}{rf:1s} {100 * rs:6.1f}%" if l != "1x2" else f"{1:6.3f}  {'':>7s}"
     share_text = f"{100 * quantile(share, 0.5):5.1f}%" if ar > 0 else ""
-    print(f"{names[l]:28s} {tm:9.0f}{tf:1s} {100 * ts:6.1f}% {ratio_text} {4 * 1024 / tm * 1000:8.0f} "
+    print(f"{names[l]:28s} {tm:9.0f}{tf:1s} {100 * ts:6.1f}% {ratio_text} {tokens_per_step / tm * 1000:8.0f} "
           f"{f'{ar:.1f}' if ar > 0 else '':>12s} {share_text:>6s}")
 PY
