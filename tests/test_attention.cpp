@@ -437,21 +437,25 @@ TEST(AttnLocal, DeterministicAcrossThreadsAndSchedules) {
   omp_set_num_threads(1);
   ref1.forward_fast(&diag1);
   ref1.backward_fast();
+  // fused: the softmax passes of interior tiles in the score products' epilogues (the default), or separate
   struct Run {
     int threads;
     cpu::AttnBackwardSchedule schedule;
+    bool fused = true;
   };
   for (Run run : {Run{2, cpu::AttnBackwardSchedule::automatic}, Run{2, cpu::AttnBackwardSchedule::per_head},
                   Run{2, cpu::AttnBackwardSchedule::per_tile}, Run{3, cpu::AttnBackwardSchedule::per_tile},
-                  Run{1, cpu::AttnBackwardSchedule::per_tile}}) {
+                  Run{1, cpu::AttnBackwardSchedule::per_tile}, Run{1, cpu::AttnBackwardSchedule::per_head, false},
+                  Run{2, cpu::AttnBackwardSchedule::per_tile, false}}) {
     omp_set_num_threads(run.threads);
     cpu::attn_local_set_backward_schedule(run.schedule);
+    cpu::attn_local_set_fused_epilogues(run.fused);
     AttnData d(c, 77);
     std::vector<double> e(c.H), n(c.H), u(c.H);
     AttnDiagnostics diag{e.data(), n.data(), u.data()};
     d.forward_fast(&diag);
     d.backward_fast();
-    const std::string what = str_cat("threads ", run.threads, " schedule ", int(run.schedule));
+    const std::string what = str_cat("threads ", run.threads, " schedule ", int(run.schedule), " fused ", run.fused);
     auto same = [](const auto& a, const auto& b) {
       return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
     };
@@ -463,6 +467,7 @@ TEST(AttnLocal, DeterministicAcrossThreadsAndSchedules) {
     EXPECT_TRUE(same(e, e1) && same(n, n1) && same(u, u1)) << what;
   }
   cpu::attn_local_set_backward_schedule(cpu::AttnBackwardSchedule::automatic);
+  cpu::attn_local_set_fused_epilogues(true);
   omp_set_num_threads(saved);
 }
 

@@ -44,6 +44,9 @@ namespace cpu {
 //   automatic: per_head when its estimated makespan on the current thread count beats per_tile.
 enum class AttnBackwardSchedule { automatic, per_head, per_tile };
 void attn_local_set_backward_schedule(AttnBackwardSchedule schedule);
+// Interior tiles fuse the softmax passes that read each score once into the score products' epilogues (the
+// default where the build has AVX2). Both settings give bitwise identical results; tests compare them.
+void attn_local_set_fused_epilogues(bool on);
 }  // namespace cpu
 
 }  // namespace aah

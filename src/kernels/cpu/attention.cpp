@@ -9,7 +9,8 @@
 //   qt, dot (D, BQ)   query tile (times 1/sqrt(D)) and dout tile, transposed: column i is query row q0 + i
 //   st, dpt (BK, BQ)  scores S^T / probabilities P^T, and dP^T / dS^T of the current (query tile, key tile)
 //                     (row stride kLd = BQ + 8)
-//   stats (8, BQ)     per-query running max, sum, rescale factor, lse, Delta, diagnostic accumulators
+//   stats (10, BQ)    per-query running max, sum, rescale factor, lse, Delta, diagnostic accumulators, and the
+//                     score tile's column maxima over even and odd rows (forward, interior tiles)
 // Per-call scratch: Delta = rowsum(dout * out) (B, H, T) in the backward; diagnostic partial sums per task.
 //
 // Why transposed scores: with keys as rows and queries as columns, every per-query quantity (running max,
@@ -53,6 +54,11 @@ constexpr float kMasked = -1e30f;
 constexpr float kNegBig = -1e20f;
 
 AttnBackwardSchedule g_backward_schedule = AttnBackwardSchedule::automatic;
+#ifdef AAH_AVX2
+bool g_fused_epilogues = true;
+#else
+bool g_fused_epilogues = false;  // epilogues run in the vector micro-kernels only (tile_gemm.h)
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // Band ranges: the k range a block of a boundary tile's product needs (tile_gemm.h), so that the parts of a tile
@@ -89,6 +95,57 @@ inline uint64_t attn_gemm_tile(bool interior, int M, int N, int K, const float* 
   if (interior) return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, TileFullRange{K});
   return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Epilogues of the score products of interior tiles (tile_gemm.h): the softmax passes that read a score once are
+// done on the product's registers instead, with the same operations in the same order, so the bits do not change.
+// Rows are keys, columns queries; a block's first row r is even (blocks of 6 or 8 rows).
+
+#ifdef AAH_AVX2
+// Forward: the running column maxima of attn_softmax_cols, even rows into mx0 and odd rows into mx1.
+struct AttnColMaxEpilogue {
+  float *mx0, *mx1;
+  template <class V, int MR, int NV>
+  void apply(typename V::T (&acc)[MR][NV], int, int c) const {
+    for (int v = 0; v < NV; v++) {
+      float* p0 = mx0 + c + V::kWidth * v;
+      float* p1 = mx1 + c + V::kWidth * v;
+      typename V::T m0 = V::load(p0), m1 = V::load(p1);
+      for (int i = 0; i + 1 < MR; i += 2) m0 = V::max(m0, acc[i][v]), m1 = V::max(m1, acc[i + 1][v]);
+      if constexpr (MR % 2 == 1) m0 = V::max(m0, acc[MR - 1][v]);
+      V::store(p0, m0);
+      V::store(p1, m1);
+    }
+  }
+};
+// Backward, S^T = K Qt: P^T = exp(S^T - lse), as attn_bwd_ds_cols.
+struct AttnProbEpilogue {
+  const float* lse;
+  template <class V, int MR, int NV>
+  void apply(typename V::T (&acc)[MR][NV], int, int c) const {
+    for (int v = 0; v < NV; v++) {
+      const typename V::T l = V::load(lse + c + V::kWidth * v);
+      for (int i = 0; i < MR; i++) acc[i][v] = vexp_masked_vec(V::sub(acc[i][v], l));
+    }
+  }
+};
+// Backward, dP^T = V dOt: dS^T / sqrt(D) = (P^T scale) (dP^T - Delta), P^T read from pt (the product above).
+struct AttnDsEpilogue {
+  const float *pt, *delta;
+  float scale;
+  template <class V, int MR, int NV>
+  void apply(typename V::T (&acc)[MR][NV], int r, int c) const {
+    const typename V::T sc = V::set1(scale);
+    for (int v = 0; v < NV; v++) {
+      const typename V::T dl = V::load(delta + c + V::kWidth * v);
+      for (int i = 0; i < MR; i++) {
+        const typename V::T p = V::load(pt + (r + i) * kLd + c + V::kWidth * v);
+        acc[i][v] = V::mul(V::mul(p, sc), V::sub(acc[i][v], dl));
+      }
+    }
+  }
+};
+#endif
 
 // ---------------------------------------------------------------------------------------------------------------
 // Tile bookkeeping.
@@ -232,7 +289,7 @@ void grow(Buffer<U>& buf, size_t n) {
 
 size_t attn_tile_floats(int D) {
   auto round16 = [](size_t n) { return (n + 15) / 16 * 16; };  // keep every array 64-byte aligned
-  return 2 * round16((size_t)D * kLd) + 2 * round16((size_t)kBK * kLd) + 8 * kBQ;
+  return 2 * round16((size_t)D * kLd) + 2 * round16((size_t)kBK * kLd) + 10 * kBQ;
 }
 
 void attn_prepare_scratch(AttnScratch& s, int D, int nthreads) {
@@ -242,13 +299,13 @@ void attn_prepare_scratch(AttnScratch& s, int D, int nthreads) {
 
 struct TileScratch {
   float *qt, *dot, *st, *dpt;
-  float *m, *l, *alpha, *lse, *delta, *ent, *dist, *spare;
+  float *m, *l, *alpha, *lse, *delta, *ent, *dist, *spare, *mx0, *mx1;
   explicit TileScratch(float* base, int D) {
     const size_t qd = ((size_t)D * kLd + 15) / 16 * 16, kq = ((size_t)kBK * kLd + 15) / 16 * 16;
     qt = base, dot = qt + qd, st = dot + qd, dpt = st + kq;
     float* stats = dpt + kq;
     m = stats, l = m + kBQ, alpha = l + kBQ, lse = alpha + kBQ, delta = lse + kBQ, ent = delta + kBQ;
-    dist = ent + kBQ, spare = dist + kBQ;
+    dist = ent + kBQ, spare = dist + kBQ, mx0 = spare + kBQ, mx1 = mx0 + kBQ;
   }
 };
 
@@ -262,17 +319,23 @@ struct LocalCounts {
 
 #ifdef AAH_AVX2
 // The vector body of attn_softmax_tile: columns c .. c + V::kWidth - 1, key rows rg (masked where needed).
+// have_max: the score product's epilogue already took the maxima over even and odd rows (AttnColMaxEpilogue).
 template <class V>
-inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch& ts, bool diag, int q0, int k0) {
+inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch& ts, bool diag, int q0, int k0,
+                              bool have_max) {
   using T = typename V::T;
   const T m_old = V::load(ts.m + c);
   T mx0 = V::set1(kMasked), mx1 = mx0;
   int j = rg.lo;
-  for (; j + 2 <= rg.hi; j += 2) {
-    mx0 = V::max(mx0, V::load(st + j * kLd + c));
-    mx1 = V::max(mx1, V::load(st + (j + 1) * kLd + c));
+  if (have_max) {
+    mx0 = V::load(ts.mx0 + c), mx1 = V::load(ts.mx1 + c);
+  } else {
+    for (; j + 2 <= rg.hi; j += 2) {
+      mx0 = V::max(mx0, V::load(st + j * kLd + c));
+      mx1 = V::max(mx1, V::load(st + (j + 1) * kLd + c));
+    }
+    if (j < rg.hi) mx0 = V::max(mx0, V::load(st + j * kLd + c));
   }
-  if (j < rg.hi) mx0 = V::max(mx0, V::load(st + j * kLd + c));
   const T m_new = V::max(m_old, V::max(mx0, mx1));
   const T alpha = vexp_masked_vec(V::sub(m_old, m_new));
   T s0 = V::zero(), s1 = s0;
@@ -341,7 +404,7 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
 // distance = dist / l. Where the CPU has AVX-512, 16 columns at a time (boundary tiles: over the union of the two
 // 8-column groups' rows, attn_vec_keys_16), with the same bits as 8 at a time.
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
-                       int W) {
+                       int W, bool have_max) {
   int c = 0;  // ncol is a multiple of 8
 #ifdef AAH_AVX512
   for (; c + 16 <= ncol; c += 16) {
@@ -353,7 +416,7 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       if ((attn_vec_keys(false, q0, c + 8, k0, nk, W).lo - rg.lo) % 2 != 0) break;
       attn_prepare_boundary_16(st, rg, nk, c, q0, k0, W);
     }
-    attn_softmax_cols<Vec16>(st, rg, c, ts, diag, q0, k0);
+    attn_softmax_cols<Vec16>(st, rg, c, ts, diag, q0, k0, have_max);
   }
 #endif
   for (; c < ncol; c += 8) {
@@ -363,7 +426,7 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       attn_mask_rows(st, rg, c, q0, k0, W);
     }
 #ifdef AAH_AVX2
-    attn_softmax_cols<Vec8>(st, rg, c, ts, diag, q0, k0);
+    attn_softmax_cols<Vec8>(st, rg, c, ts, diag, q0, k0, have_max);
 #else
     for (int cc = c; cc < c + 8; cc++) {
       const float m_old = ts.m[cc];
@@ -429,10 +492,20 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
   for (int kt = kt_lo; kt <= kt_hi; kt++) {
     const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
     const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
-    // S^T (nk, ncol) = K_tile Qt
-    const uint64_t qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kbase + (int64_t)k0 * D, D, 1, ts.qt, kLd,
-                                             ts.st, kLd, nullptr, AttnScoreRange{q0, k0, W, D});
-    attn_softmax_tile(ts.st, nk, ncol, ts, diag, interior, q0, k0, W);
+    // S^T (nk, ncol) = K_tile Qt; interior tiles take the column maxima on the way (AttnColMaxEpilogue)
+    const float* kt0 = kbase + (int64_t)k0 * D;
+    uint64_t qk;
+    const bool fused = interior && g_fused_epilogues;
+#ifdef AAH_AVX2
+    if (fused) {
+      for (int i = 0; i < ncol; i++) ts.mx0[i] = kMasked, ts.mx1[i] = kMasked;
+      qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, TileFullRange{D},
+                           AttnColMaxEpilogue{ts.mx0, ts.mx1});
+    } else
+#endif
+      qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr,
+                                AttnScoreRange{q0, k0, W, D});
+    attn_softmax_tile(ts.st, nk, ncol, ts, diag, interior, q0, k0, W, fused);
     // O (nq, D) = diag(alpha) O + P~ V_tile
     const uint64_t pv = attn_gemm_tile<kScaleAdd>(interior, nq, D, nk, ts.st, 1, kLd, vbase + (int64_t)k0 * D, D,
                                                   o, D, ts.alpha, AttnQueryRowRange{q0, k0, W, nk});
@@ -544,12 +617,22 @@ void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const flo
 
   const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
   const AttnScoreRange scores{q0, k0, W, D};
-  // S^T, then dP^T
-  const uint64_t qk =
-      attn_gemm_tile<kSet>(interior, nk, ncol, D, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, scores);
-  uint64_t macs = qk + attn_gemm_tile<kSet>(interior, nk, ncol, D, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr,
-                                            scores);
-  attn_bwd_ds_tile(ts.st, ts.dpt, nk, ncol, ts, a.scale, interior, q0, k0, W);  // st = P^T, dpt = dS^T / sqrt(D)
+  // S^T, then dP^T; st becomes P^T and dpt dS^T / sqrt(D): in the products' epilogues for interior tiles, else in
+  // a pass of their own (attn_bwd_ds_tile, which also masks)
+  uint64_t qk, macs;
+#ifdef AAH_AVX2
+  if (interior && g_fused_epilogues) {
+    const TileFullRange all{D};
+    qk = tile_gemm<kSet>(nk, ncol, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, all, AttnProbEpilogue{ts.lse});
+    macs = qk + tile_gemm<kSet>(nk, ncol, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr, all,
+                                AttnDsEpilogue{ts.st, ts.delta, a.scale});
+  } else
+#endif
+  {
+    qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, scores);
+    macs = qk + attn_gemm_tile<kSet>(interior, nk, ncol, D, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr, scores);
+    attn_bwd_ds_tile(ts.st, ts.dpt, nk, ncol, ts, a.scale, interior, q0, k0, W);
+  }
   if (want_dkdv) {
     const AttnKeyRowRange keys{q0, k0, W, nq};
     // dV += P^T dO, dK += dS^T Q
@@ -575,6 +658,13 @@ double attn_makespan(const std::vector<int>& order, const std::vector<double>& c
 }  // namespace
 
 void attn_local_set_backward_schedule(AttnBackwardSchedule schedule) { g_backward_schedule = schedule; }
+void attn_local_set_fused_epilogues(bool on) {
+#ifdef AAH_AVX2
+  g_fused_epilogues = on;
+#else
+  (void)on;
+#endif
+}
 
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
                         int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {

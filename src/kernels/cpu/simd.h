@@ -42,10 +42,11 @@ struct Vec8 {
 };
 #endif
 #ifdef AAH_AVX512
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -Wmaybe-uninitialized reports (GCC bug 105593).
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -W(maybe-)uninitialized reports (GCC bug 105593).
 #if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 struct Vec16 {
   using T = __m512;
