@@ -123,6 +123,28 @@ TEST(Measure, RoundsWarmupAndUntimedPrepare) {
   EXPECT_LT(r.cases[1].median, 0.015) << "prepare (20 ms) is not timed";
 }
 
+TEST(Measure, MinSampleRepeatsShortRunsWithinASample) {
+  const uint64_t n = spin_steps_for(1);
+  int runs_short = 0, prepared_short = 0, runs_long = 0;
+  MeasureOptions o;
+  o.warmup_rounds = 1, o.rounds_min = 3, o.rounds_max = 3, o.budget_s = 100, o.spread = 1e6;
+  o.min_sample_s = 0.008;  // the 1 ms case repeats about 8 times a sample, the 10 ms case once
+  const MeasureResult r = measure_interleaved(
+      {{"short", [&] { runs_short++, spin(n); }, [&] { prepared_short++; }},
+       {"long", [&] { runs_long++, spin(10 * n); }}},
+      o);
+  ASSERT_EQ(r.runs_per_sample.size(), 2u);
+  EXPECT_GE(r.runs_per_sample[0], 3) << "a run of ~1 ms fills an 8 ms sample with several";
+  EXPECT_LE(r.runs_per_sample[0], 40);
+  EXPECT_EQ(r.runs_per_sample[1], 1) << "a run longer than the minimum is one per sample";
+  EXPECT_EQ(runs_short, 1 + 3 * r.runs_per_sample[0]) << "one warm-up run, then the timed rounds' runs";
+  EXPECT_EQ(prepared_short, runs_short) << "every run is prepared";
+  EXPECT_EQ(runs_long, 4);
+  // The sample is the mean time of one run, not the sum: about a tenth of the long case's.
+  EXPECT_LT(r.cases[0].median, 0.5 * r.cases[1].median);
+  EXPECT_GT(r.cases[0].median, 0.02 * r.cases[1].median);
+}
+
 TEST(Measure, BudgetAndMaximumStopTheRounds) {
   const uint64_t n = spin_steps_for(10);
   MeasureOptions o;

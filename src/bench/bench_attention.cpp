@@ -42,6 +42,7 @@ struct AttnBenchRow {
   double pair_ratio, gflops, sgemm_gflops;
   double macs_over_pair_ratio = 0;  // tiled: multiply-adds executed / full's, over the pair ratio (0: not counted)
   SampleStats ms, time_ratio, pct_sgemm, speedup_vs_dense;  // speedup: n = 0 when not measured
+  int calls_per_sample = 1;  // forward (or backward) calls per sample (MeasureOptions::min_sample_s), fwd+bwd: max
   bool flagged() const {
     return ms.flagged || (window_set != "full" && time_ratio.flagged) ||
            (speedup_vs_dense.n > 0 && speedup_vs_dense.flagged);
@@ -153,6 +154,8 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
           row.pairs = pairs;
           row.pair_ratio = double(pairs) / full_pairs;
           row.ms = scaled(sample_stats(t, lim), 1e3);
+          const auto& reps = res.runs_per_sample;
+          row.calls_per_sample = p < 2 ? reps[2 * ri + p] : std::max(reps[2 * ri], reps[2 * ri + 1]);
           row.time_ratio = ratio_stats(t, secs(full_ri, p), lim);
           if (r.path == 0) {
             const auto& f = runs[full_ri].macs;
@@ -192,6 +195,7 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                           {"sgemm_gflops", r.sgemm_gflops},
                           {"pct_sgemm", r.pct_sgemm.median},
                           {"rounds", r.ms.n},
+                          {"calls_per_sample", r.calls_per_sample},
                           {"threads", num_threads()}};
       j["speedup_vs_dense"] = r.speedup_vs_dense.n > 0 ? nlohmann::json(r.speedup_vs_dense.median) : nlohmann::json(nullptr);
       j["stats"] = {{"ms", stats_json(r.ms, ss)},
@@ -221,10 +225,16 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                 ratio_flag ? "!" : "", macs, r.gflops, r.pct_sgemm.median, vs);
     any_flag = any_flag || r.flagged();
   }
-  std::printf("per (T, D): rounds, sgemm 1024^3 GFLOP/s in this process:");
+  std::printf("per (T, D): rounds, calls per sample (fewest-most; --min-sample %g s), sgemm 1024^3 GFLOP/s in "
+              "this process:",
+              o.measure.min_sample_s);
   for (size_t i = 0; i < rows.size(); i++)
-    if (i == 0 || rows[i].T != rows[i - 1].T || rows[i].D != rows[i - 1].D)
-      std::printf("  %d/%d: %d, %.1f", rows[i].T, rows[i].D, rows[i].ms.n, rows[i].sgemm_gflops);
+    if (i == 0 || rows[i].T != rows[i - 1].T || rows[i].D != rows[i - 1].D) {
+      int lo = rows[i].calls_per_sample, hi = lo;
+      for (size_t j = i; j < rows.size() && rows[j].T == rows[i].T && rows[j].D == rows[i].D; j++)
+        lo = std::min(lo, rows[j].calls_per_sample), hi = std::max(hi, rows[j].calls_per_sample);
+      std::printf("  %d/%d: %d, %d-%d, %.1f", rows[i].T, rows[i].D, rows[i].ms.n, lo, hi, rows[i].sgemm_gflops);
+    }
   std::printf("\n");
   // Goals at T = 4096 (tiled path): time ratio <= 1.15 x pair ratio; full fwd+bwd >= 35% of sgemm; >= 4x dense.
   std::printf("\nT=4096 goals (tiled): time_ratio/pair_ratio <= 1.15, full fwd+bwd >= 35%% sgemm, >= 4x dense\n");

@@ -80,20 +80,27 @@ MeasureResult measure_interleaved(const std::vector<MeasureCase>& cases, const M
   for (const auto& c : cases) r.names.push_back(c.name);
   r.cases.resize(cases.size());
 
-  auto run_round = [&](bool timed) {
+  r.runs_per_sample.assign(cases.size(), 1);
+  auto run_round = [&](bool timed, bool calibrate) {
     for (size_t c = 0; c < cases.size(); c++) {
-      if (cases[c].prepare) cases[c].prepare();
-      const double t0 = now_seconds();
-      cases[c].run();
-      const double t = now_seconds() - t0;
+      double t = 0;
+      for (int i = 0; i < r.runs_per_sample[c]; i++) {
+        if (cases[c].prepare) cases[c].prepare();
+        const double t0 = now_seconds();
+        cases[c].run();
+        t += now_seconds() - t0;
+      }
+      t /= r.runs_per_sample[c];
+      if (calibrate && opts.min_sample_s > 0 && t > 0)
+        r.runs_per_sample[c] = (int)std::clamp(std::ceil(opts.min_sample_s / t), 1.0, 1e6);
       if (timed) r.cases[c].samples.push_back(t);
     }
   };
-  for (int w = 0; w < r.warmup_rounds; w++) run_round(false);
+  for (int w = 0; w < r.warmup_rounds; w++) run_round(false, w == r.warmup_rounds - 1);
 
   const double start = now_seconds();
   while (true) {
-    run_round(true);
+    run_round(true, false);
     r.rounds++;
     r.seconds = now_seconds() - start;
     // The spreads so far: every case, and the ratios asked for.

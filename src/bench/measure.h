@@ -28,6 +28,11 @@ struct MeasureOptions {
   int rounds_max = 50;    // timed rounds at most
   double budget_s = 60;   // no new round starts once it would end past this many seconds of timed rounds
   double spread = 0.10;   // stop when every spread is at most this; a spread above it is flagged
+  // A case whose run takes less than this repeats within its sample, back to back, often enough to fill it (the
+  // count is set from the last warm-up round's time, so it needs warmup_rounds >= 1); its sample is then the mean
+  // time per run. A millisecond run is at the mercy of one preemption; a 50 ms sample averages it out. 0: one run
+  // per sample. Only for cases that may run several times in a row (each run is prepared afresh, untimed).
+  double min_sample_s = 0;
   // Ratios ratio_stats(i, j) whose spread must settle too (the cases' own spreads always count).
   std::vector<std::pair<int, int>> ratios;
   std::FILE* progress = nullptr;  // a line per timed round (e.g. stderr), or nothing
@@ -55,6 +60,7 @@ struct SampleStats {
 struct MeasureResult {
   std::vector<std::string> names;  // per case
   std::vector<SampleStats> cases;  // per case: seconds per run
+  std::vector<int> runs_per_sample;  // per case (MeasureOptions::min_sample_s)
   int rounds = 0;                  // timed rounds
   int warmup_rounds = 0;
   double seconds = 0;              // wall time of the timed rounds

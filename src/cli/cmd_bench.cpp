@@ -110,6 +110,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   add_measure_flags(at, opts);
   static std::vector<int> attn_contexts, attn_dims;
   static bool attn_no_dense = false;
+  static double attn_min_sample = 0.05;
   at->add_option("--context", attn_contexts, "Contexts T to time, e.g. 1024,4096 (default 1024,4096,16384)")
       ->delimiter(',')
       ->check(CLI::Range(64, 1 << 17));
@@ -118,7 +119,16 @@ void add_bench_commands(CLI::App& app, int& rc) {
       ->delimiter(',')
       ->check(CLI::Range(8, 512));
   at->add_flag("--no-dense", attn_no_dense, "Skip the dense-masked path (the tiled kernel's windows only)");
-  at->callback([&rc] { rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense); });
+  at->add_option("--min-sample", attn_min_sample,
+                 "Seconds one sample lasts at least: a shorter kernel call repeats back to back within it (the "
+                 "warm-up round sets how often) and the sample is its mean; 0 = one call per sample")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  at->callback([&rc] {
+    opts.measure.min_sample_s = attn_min_sample;
+    if (attn_min_sample > 0) opts.measure.warmup_rounds = std::max(opts.measure.warmup_rounds, 1);
+    rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense);
+  });
 #endif
 }
 
