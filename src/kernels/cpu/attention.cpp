@@ -125,7 +125,7 @@ struct AttnProbEpilogue {
   void apply(typename V::T (&acc)[MR][NV], int, int c) const {
     for (int v = 0; v < NV; v++) {
       const typename V::T l = V::load(lse + c + V::kWidth * v);
-      for (int i = 0; i < MR; i++) acc[i][v] = vexp_masked_vec(V::sub(acc[i][v], l));
+      for (int i = 0; i < MR; i++) acc[i][v] = vexp_masked_le_vec<V>(V::sub(acc[i][v], l));
     }
   }
 };
@@ -230,6 +230,28 @@ inline void attn_prepare_boundary_16(float* st, TileRange rg, int nk, int c, int
 }
 #endif
 
+#ifdef AAH_AVX2
+// In-register 8 x 8 transpose: r[a] holds row a on entry and column a on return.
+inline void attn_transpose8(__m256 (&r)[8]) {
+  __m256 t[8];
+  for (int a = 0; a < 4; a++) {
+    t[2 * a] = _mm256_unpacklo_ps(r[2 * a], r[2 * a + 1]);
+    t[2 * a + 1] = _mm256_unpackhi_ps(r[2 * a], r[2 * a + 1]);
+  }
+  for (int a = 0; a < 2; a++) {
+    r[4 * a + 0] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0x44);
+    r[4 * a + 1] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0xEE);
+    r[4 * a + 2] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0x44);
+    r[4 * a + 3] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0xEE);
+  }
+  for (int a = 0; a < 4; a++) {
+    t[a] = _mm256_permute2f128_ps(r[a], r[a + 4], 0x20);
+    t[a + 4] = _mm256_permute2f128_ps(r[a], r[a + 4], 0x31);
+  }
+  for (int a = 0; a < 8; a++) r[a] = t[a];
+}
+#endif
+
 // dst (D, BQ) = src (nq, D)^T * scale, columns nq .. ncol-1 zeroed.
 void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, float scale) {
   int i = 0;
@@ -238,22 +260,10 @@ void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, 
   for (; i + 8 <= nq; i += 8) {
     int d = 0;
     for (; d + 8 <= D; d += 8) {  // 8 x 8 block transpose in registers
-      __m256 r[8], t[8];
+      __m256 r[8];
       for (int a = 0; a < 8; a++) r[a] = _mm256_mul_ps(_mm256_loadu_ps(src + (int64_t)(i + a) * D + d), sc);
-      for (int a = 0; a < 4; a++) {
-        t[2 * a] = _mm256_unpacklo_ps(r[2 * a], r[2 * a + 1]);
-        t[2 * a + 1] = _mm256_unpackhi_ps(r[2 * a], r[2 * a + 1]);
-      }
-      for (int a = 0; a < 2; a++) {
-        r[4 * a + 0] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0x44);
-        r[4 * a + 1] = _mm256_shuffle_ps(t[4 * a + 0], t[4 * a + 2], 0xEE);
-        r[4 * a + 2] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0x44);
-        r[4 * a + 3] = _mm256_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0xEE);
-      }
-      for (int a = 0; a < 4; a++) {
-        _mm256_storeu_ps(dst + (d + a) * kLd + i, _mm256_permute2f128_ps(r[a], r[a + 4], 0x20));
-        _mm256_storeu_ps(dst + (d + a + 4) * kLd + i, _mm256_permute2f128_ps(r[a], r[a + 4], 0x31));
-      }
+      attn_transpose8(r);
+      for (int a = 0; a < 8; a++) _mm256_storeu_ps(dst + (d + a) * kLd + i, r[a]);
     }
     for (; d < D; d++)
       for (int a = 0; a < 8; a++) dst[d * kLd + i + a] = src[(int64_t)(i + a) * D + d] * scale;
@@ -263,6 +273,37 @@ void attn_transpose_tile(float* dst, const float* src, int nq, int ncol, int D, 
     for (int d = 0; d < D; d++) dst[d * kLd + i] = src[(int64_t)i * D + d] * scale;
   for (int d = 0; d < D; d++)
     for (int c = nq; c < ncol; c++) dst[d * kLd + c] = 0.0f;
+}
+
+// Delta rows r0 .. r0 + n - 1: delta[r] = sum over d of dout[r, d] out[r, d], one FMA chain per row in ascending d.
+// With AVX2, 8 rows at a time: 8 x 8 blocks of both transposed in registers, so that lane i runs row r0 + i's
+// chain in the same order (same bits), 8 chains in flight instead of one.
+void attn_delta_rows(float* delta, const float* out, const float* dout, int64_t r0, int64_t n, int D) {
+  int64_t r = r0;
+#ifdef AAH_AVX2
+  if (D % 8 == 0)
+    for (; r + 8 <= r0 + n; r += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int d = 0; d < D; d += 8) {
+        __m256 o[8], g[8];
+        for (int a = 0; a < 8; a++) {
+          o[a] = _mm256_loadu_ps(out + (r + a) * D + d);
+          g[a] = _mm256_loadu_ps(dout + (r + a) * D + d);
+        }
+        attn_transpose8(o);
+        attn_transpose8(g);
+        for (int a = 0; a < 8; a++) acc = _mm256_fmadd_ps(g[a], o[a], acc);
+      }
+      _mm256_storeu_ps(delta + r, acc);
+    }
+#endif
+  for (; r < r0 + n; r++) {
+    const float* o = out + r * D;
+    const float* g = dout + r * D;
+    float acc = 0;
+    for (int d = 0; d < D; d++) acc = std::fma(g[d], o[d], acc);
+    delta[r] = acc;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -337,19 +378,19 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
     if (j < rg.hi) mx0 = V::max(mx0, V::load(st + j * kLd + c));
   }
   const T m_new = V::max(m_old, V::max(mx0, mx1));
-  const T alpha = vexp_masked_vec(V::sub(m_old, m_new));
+  const T alpha = vexp_masked_le_vec<V>(V::sub(m_old, m_new));
   T s0 = V::zero(), s1 = s0;
   if (!diag) {
     for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
-      const T e0 = vexp_masked_vec(V::sub(V::load(st + j * kLd + c), m_new));
-      const T e1 = vexp_masked_vec(V::sub(V::load(st + (j + 1) * kLd + c), m_new));
+      const T e0 = vexp_masked_le_vec<V>(V::sub(V::load(st + j * kLd + c), m_new));
+      const T e1 = vexp_masked_le_vec<V>(V::sub(V::load(st + (j + 1) * kLd + c), m_new));
       V::store(st + j * kLd + c, e0);
       V::store(st + (j + 1) * kLd + c, e1);
       s0 = V::add(s0, e0);
       s1 = V::add(s1, e1);
     }
     if (j < rg.hi) {
-      const T e0 = vexp_masked_vec(V::sub(V::load(st + j * kLd + c), m_new));
+      const T e0 = vexp_masked_le_vec<V>(V::sub(V::load(st + j * kLd + c), m_new));
       V::store(st + j * kLd + c, e0);
       s0 = V::add(s0, e0);
     }
@@ -361,7 +402,7 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
     for (j = rg.lo; j + 2 <= rg.hi; j += 2) {
       const T x0 = V::sub(V::load(st + j * kLd + c), m_new);
       const T x1 = V::sub(V::load(st + (j + 1) * kLd + c), m_new);
-      const T e0 = vexp_masked_vec(x0), e1 = vexp_masked_vec(x1);
+      const T e0 = vexp_masked_le_vec<V>(x0), e1 = vexp_masked_le_vec<V>(x1);
       V::store(st + j * kLd + c, e0);
       V::store(st + (j + 1) * kLd + c, e1);
       s0 = V::add(s0, e0);
@@ -375,7 +416,7 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
     }
     if (j < rg.hi) {
       const T x0 = V::sub(V::load(st + j * kLd + c), m_new);
-      const T e0 = vexp_masked_vec(x0);
+      const T e0 = vexp_masked_le_vec<V>(x0);
       V::store(st + j * kLd + c, e0);
       s0 = V::add(s0, e0);
       a0 = V::fmadd(e0, x0, a0);
@@ -560,7 +601,7 @@ inline void attn_bwd_ds_cols(float* st, float* dpt, TileRange rg, int c, const T
   for (int j = rg.lo; j < rg.hi; j++) {
     float* sp = st + j * kLd + c;
     float* dp = dpt + j * kLd + c;
-    const T p = vexp_masked_vec(V::sub(V::load(sp), lse));
+    const T p = vexp_masked_le_vec<V>(V::sub(V::load(sp), lse));
     V::store(sp, p);
     V::store(dp, V::mul(V::mul(p, sc), V::sub(V::load(dp), delta)));
   }
@@ -726,15 +767,11 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   grow(s.delta, (size_t)std::max<int64_t>(nrows, 1));
   float* delta = s.delta.data;
 
-  // Delta = rowsum(dO * O), one FMA chain per row.
+  // Delta = rowsum(dO * O), one FMA chain per row, in blocks of 64 rows.
+  const int64_t nblk = (nrows + 63) / 64;
 #pragma omp parallel for schedule(static) if (nrows * D >= (1 << 16))
-  for (int64_t r = 0; r < nrows; r++) {
-    const float* o = out + r * D;
-    const float* g = dout + r * D;
-    float acc = 0;
-    for (int d = 0; d < D; d++) acc = std::fma(g[d], o[d], acc);
-    delta[r] = acc;
-  }
+  for (int64_t blk = 0; blk < nblk; blk++)
+    attn_delta_rows(delta, out, dout, blk * 64, std::min<int64_t>(64, nrows - blk * 64), D);
 
   // Pick the schedule: per_head does 5 tile products per tile pair but has only B * Hkv tasks; per_tile does 7
   // but balances perfectly. Costs in tile pairs.

@@ -35,6 +35,8 @@ struct Vec8 {
   static T pow2(T n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
   }
+  // p 2^n, rounded once, for integer-valued n in [-126, 127]
+  static T mul_pow2(T p, T n) { return mul(p, pow2(n)); }
   // a where x >= bound (false for NaN), else 0
   static T keep_ge(T a, T x, float bound) {
     return _mm256_and_ps(a, _mm256_cmp_ps(x, _mm256_set1_ps(bound), _CMP_GE_OQ));
@@ -67,6 +69,7 @@ struct Vec16 {
   static T pow2(T n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
+  static T mul_pow2(T p, T n) { return _mm512_scalef_ps(p, n); }  // one instruction instead of four
   static T keep_ge(T a, T x, float bound) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(bound), _CMP_GE_OQ), a);
   }

@@ -6,6 +6,8 @@
 //                 (-inf) give probabilities that are exactly 0. Above it the two are the same, bit for bit.
 //   vexp_vec<V>      vexp on a Vec8 or Vec16 register (kernels/cpu/simd.h)
 //   vexp_masked_vec  vexp_masked on an 8- or 16-wide register, for width-generic loops
+//   vexp_masked_le_vec<V>  vexp_masked_vec for x <= 88 only (the same bits there): attention's softmax, whose
+//                 arguments are score - max <= 0. Fewer instructions (see there).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -64,6 +66,29 @@ inline __m256 vexp_masked_vec(__m256 x) { return Vec8::keep_ge(vexp_vec<Vec8>(x)
 #endif
 #ifdef AAH_AVX512
 inline __m512 vexp_masked_vec(__m512 x) { return Vec16::keep_ge(vexp_vec<Vec16>(x), x, kVexpZeroBelow); }
+#endif
+#ifdef AAH_AVX2
+// vexp_masked_vec without its clamps, for x <= 88: a lane that is kept (x >= kVexpZeroBelow) lies inside the clamp
+// range, so clamping does not change it, and a lane below it is zeroed whatever its arithmetic gave (inf, NaN).
+// 2^n by V::mul_pow2 (AVX-512: vscalefps, the same rounding as the multiply by 2^n while n <= 127, i.e. x < 88.37).
+// Checked over all 2^32 floats: the same bits as vexp_masked_vec for every x <= 88, both widths (the test
+// Vexp.SoftmaxVariantSameBits samples them). Above 88 the two may differ; attention never calls it there.
+template <class V>
+inline typename V::T vexp_masked_le_vec(typename V::T x) {
+  using T = typename V::T;
+  const T n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+  T r = V::fmadd(n, V::set1(-0.693359375f), x);
+  r = V::fmadd(n, V::set1(2.12194440e-4f), r);
+  T p = V::set1(1.9875691500e-4f);
+  p = V::fmadd(p, r, V::set1(1.3981999507e-3f));
+  p = V::fmadd(p, r, V::set1(8.3334519073e-3f));
+  p = V::fmadd(p, r, V::set1(4.1665795894e-2f));
+  p = V::fmadd(p, r, V::set1(1.6666665459e-1f));
+  p = V::fmadd(p, r, V::set1(5.0000001201e-1f));
+  p = V::fmadd(p, V::mul(r, r), r);
+  p = V::add(p, V::set1(1.0f));
+  return V::keep_ge(V::mul_pow2(p, n), x, kVexpZeroBelow);
+}
 #endif
 
 // out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
