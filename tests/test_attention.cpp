@@ -471,6 +471,28 @@ TEST(AttnLocal, DeterministicAcrossThreadsAndSchedules) {
   omp_set_num_threads(saved);
 }
 
+// The score tiles hold NaN before every tile pair (attn_local_set_poison_scratch): a product that read an entry no
+// product wrote for this pair (a block the band skipped, a margin left unset) would give NaN. Boundary tiles of
+// every kind (windows below, at and above a tile, odd T, head dims with column tails), fused and not.
+TEST(AttnLocal, NoProductReadsAStaleScore) {
+  const std::vector<AttnCase> cases = {{1, 8, 2, 300, 32, {1, 7, 63, 64, 65, 100, 129, 300}},
+                                       {1, 4, 4, 77, 24, {2, 9, 40, 77}},
+                                       {1, 2, 1, 200, 16, {17, 150}}};
+  cpu::attn_local_set_poison_scratch(true);
+  int n = 0;
+  for (bool fused : {true, false}) {
+    cpu::attn_local_set_fused_epilogues(fused);
+    for (const auto& c : cases) {
+      AttnData d(c, 9100 + n++);
+      d.forward_fast();
+      d.backward_fast();
+      attn_expect_matches(d, attn_reference(d), 1e-5, fused ? "fused, poisoned" : "separate, poisoned");
+    }
+  }
+  cpu::attn_local_set_fused_epilogues(true);
+  cpu::attn_local_set_poison_scratch(false);
+}
+
 // T = 16384 runs without a T x T buffer (that alone would be 1 GiB); spot-check rows against a direct sum.
 TEST(AttnLocal, LongContextWithoutQuadraticMemory) {
   const int T = 16384, D = 16;

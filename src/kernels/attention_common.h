@@ -47,6 +47,9 @@ void attn_local_set_backward_schedule(AttnBackwardSchedule schedule);
 // Interior tiles fuse the softmax passes that read each score once into the score products' epilogues (the
 // default where the build has AVX2). Both settings give bitwise identical results; tests compare them.
 void attn_local_set_fused_epilogues(bool on);
+// Tests: fill the score tiles with NaN before every tile pair, so that a product reading an entry that nothing
+// wrote for this pair (a stale one) turns its result into NaN. Off by default.
+void attn_local_set_poison_scratch(bool on);
 }  // namespace cpu
 
 }  // namespace aah

@@ -54,10 +54,21 @@ constexpr float kMasked = -1e30f;
 constexpr float kNegBig = -1e20f;
 
 AttnBackwardSchedule g_backward_schedule = AttnBackwardSchedule::automatic;
+bool g_poison_scratch = false;
 #ifdef AAH_AVX2
 bool g_fused_epilogues = true;
 #else
 bool g_fused_epilogues = false;  // epilogues run in the vector micro-kernels only (tile_gemm.h)
+#endif
+// Boundary tiles can fuse their masking into the score products' epilogues too, where every block of every tile
+// product is 8 rows high and starts at a multiple of 8 (tile_gemm.h with AVX-512): then a block of a later product
+// (dV, dK: 8 keys; dQ, PV: 8 queries, inside one 16-column group) reads only score entries of blocks that hold a
+// visible pair, which the band computes and the epilogue masks. AVX2's 6-row blocks can straddle two column groups
+// and read blocks the band skipped, so they mask and zero in passes of their own.
+#ifdef AAH_AVX512
+constexpr bool kAttnFusedBoundary = true;
+#else
+constexpr bool kAttnFusedBoundary = false;
 #endif
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -126,6 +137,49 @@ struct AttnProbEpilogue {
     for (int v = 0; v < NV; v++) {
       const typename V::T l = V::load(lse + c + V::kWidth * v);
       for (int i = 0; i < MR; i++) acc[i][v] = vexp_masked_le_vec<V>(V::sub(acc[i][v], l));
+    }
+  }
+};
+// Visibility of 8 or 16 lanes whose query - key distances are d0 + lane: p where 0 <= d0 + lane < W, else other.
+inline __m256 attn_where_visible(__m256 p, int d0, int W, float other) {
+  const __m256i d = _mm256_add_epi32(_mm256_set1_epi32(d0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i vis = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), d),
+                                          _mm256_cmpgt_epi32(_mm256_set1_epi32(W), d));
+  return _mm256_blendv_ps(_mm256_set1_ps(other), p, _mm256_castsi256_ps(vis));
+}
+#ifdef AAH_AVX512
+inline __m512 attn_where_visible(__m512 p, int d0, int W, float other) {
+  const __m512i d = _mm512_add_epi32(_mm512_set1_epi32(d0), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                               12, 13, 14, 15));
+  // unsigned compare: a negative distance is huge
+  return _mm512_mask_mov_ps(_mm512_set1_ps(other), _mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(W)), p);
+}
+#endif
+// Forward, boundary tiles (kAttnFusedBoundary): as AttnColMaxEpilogue, after setting the scores the query (q0 +
+// column) cannot see (key k0 + row) to kMasked, as attn_mask_rows does.
+struct AttnColMaxMaskedEpilogue {
+  float *mx0, *mx1;
+  int q0, k0, W;
+  template <class V, int MR, int NV>
+  void apply(typename V::T (&acc)[MR][NV], int r, int c) const {
+    for (int v = 0; v < NV; v++) {
+      const int d0 = q0 + c + V::kWidth * v - (k0 + r);
+      for (int i = 0; i < MR; i++) acc[i][v] = attn_where_visible(acc[i][v], d0 - i, W, kMasked);
+    }
+    AttnColMaxEpilogue{mx0, mx1}.apply<V, MR, NV>(acc, r, c);
+  }
+};
+// Backward, boundary tiles: as AttnProbEpilogue, and 0 where the query (q0 + column) does not see the key (k0 + row).
+struct AttnProbMaskedEpilogue {
+  const float* lse;
+  int q0, k0, W;
+  template <class V, int MR, int NV>
+  void apply(typename V::T (&acc)[MR][NV], int r, int c) const {
+    for (int v = 0; v < NV; v++) {
+      const typename V::T l = V::load(lse + c + V::kWidth * v);
+      const int d0 = q0 + c + V::kWidth * v - (k0 + r);
+      for (int i = 0; i < MR; i++)
+        acc[i][v] = attn_where_visible(vexp_masked_le_vec<V>(V::sub(acc[i][v], l)), d0 - i, W, 0.0f);
     }
   }
 };
@@ -350,6 +404,11 @@ struct TileScratch {
   }
 };
 
+// attn_local_set_poison_scratch: NaN in both score tiles.
+inline void attn_poison(const TileScratch& ts) {
+  if (g_poison_scratch) std::fill(ts.st, ts.st + 2 * (((size_t)kBK * kLd + 15) / 16 * 16), NAN);
+}
+
 // Thread-local work counts, summed into AttnCounters after the parallel loop.
 struct LocalCounts {
   uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
@@ -360,7 +419,8 @@ struct LocalCounts {
 
 #ifdef AAH_AVX2
 // The vector body of attn_softmax_tile: columns c .. c + V::kWidth - 1, key rows rg (masked where needed).
-// have_max: the score product's epilogue already took the maxima over even and odd rows (AttnColMaxEpilogue).
+// have_max: the score product's epilogue already took the maxima over even and odd rows (AttnColMaxEpilogue; in
+// boundary tiles AttnColMaxMaskedEpilogue, which masked as well).
 template <class V>
 inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch& ts, bool diag, int q0, int k0,
                               bool have_max) {
@@ -443,7 +503,8 @@ inline void attn_softmax_cols(float* st, TileRange rg, int c, const TileScratch&
 // next to them that later products read are set to 0 (attn_zero_margin). With diag: ent accumulates e (s - m) and
 // dist accumulates e (i - j), rescaled the same way, so that at the end entropy = log l - ent / l and mean
 // distance = dist / l. Where the CPU has AVX-512, 16 columns at a time (boundary tiles: over the union of the two
-// 8-column groups' rows, attn_vec_keys_16), with the same bits as 8 at a time.
+// 8-column groups' rows, attn_vec_keys_16), with the same bits as 8 at a time; there a boundary tile's score product
+// already masked (have_max, kAttnFusedBoundary) and no margin needs zeroing.
 void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool diag, bool interior, int q0, int k0,
                        int W, bool have_max) {
   int c = 0;  // ncol is a multiple of 8
@@ -455,7 +516,8 @@ void attn_softmax_tile(float* st, int nk, int ncol, const TileScratch& ts, bool 
       // The row sums pair rows (j - rg.lo even / odd): the same pairs as the two 8-wide groups only if their
       // first rows differ by an even count. Otherwise the rest goes 8 wide.
       if ((attn_vec_keys(false, q0, c + 8, k0, nk, W).lo - rg.lo) % 2 != 0) break;
-      attn_prepare_boundary_16(st, rg, nk, c, q0, k0, W);
+      // fused (kAttnFusedBoundary): the score product's epilogue masked, and no product reads past rg
+      if (!have_max) attn_prepare_boundary_16(st, rg, nk, c, q0, k0, W);
     }
     attn_softmax_cols<Vec16>(st, rg, c, ts, diag, q0, k0, have_max);
   }
@@ -535,13 +597,19 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
     const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
     // S^T (nk, ncol) = K_tile Qt; interior tiles take the column maxima on the way (AttnColMaxEpilogue)
     const float* kt0 = kbase + (int64_t)k0 * D;
+    attn_poison(ts);
     uint64_t qk;
-    const bool fused = interior && g_fused_epilogues;
+    // boundary tiles too where kAttnFusedBoundary: the epilogue masks as well
+    const bool fused = (interior || kAttnFusedBoundary) && g_fused_epilogues;
 #ifdef AAH_AVX2
     if (fused) {
       for (int i = 0; i < ncol; i++) ts.mx0[i] = kMasked, ts.mx1[i] = kMasked;
-      qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, TileFullRange{D},
-                           AttnColMaxEpilogue{ts.mx0, ts.mx1});
+      if (interior)
+        qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, TileFullRange{D},
+                             AttnColMaxEpilogue{ts.mx0, ts.mx1});
+      else
+        qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, AttnScoreRange{q0, k0, W, D},
+                             AttnColMaxMaskedEpilogue{ts.mx0, ts.mx1, q0, k0, W});
     } else
 #endif
       qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr,
@@ -658,6 +726,7 @@ void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const flo
 
   const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
   const AttnScoreRange scores{q0, k0, W, D};
+  attn_poison(ts);
   // S^T, then dP^T; st becomes P^T and dpt dS^T / sqrt(D): in the products' epilogues for interior tiles, else in
   // a pass of their own (attn_bwd_ds_tile, which also masks)
   uint64_t qk, macs;
@@ -666,6 +735,13 @@ void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const flo
     const TileFullRange all{D};
     qk = tile_gemm<kSet>(nk, ncol, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, all, AttnProbEpilogue{ts.lse});
     macs = qk + tile_gemm<kSet>(nk, ncol, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr, all,
+                                AttnDsEpilogue{ts.st, ts.delta, a.scale});
+  } else if (kAttnFusedBoundary && g_fused_epilogues) {
+    // Boundary tiles: the epilogues mask as well. The blocks the band skips keep stale values, but no later
+    // product reads them (kAttnFusedBoundary).
+    qk = tile_gemm<kSet>(nk, ncol, kp, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, scores,
+                         AttnProbMaskedEpilogue{ts.lse, q0, k0, W});
+    macs = qk + tile_gemm<kSet>(nk, ncol, vp, D, 1, ts.dot, kLd, ts.dpt, kLd, nullptr, scores,
                                 AttnDsEpilogue{ts.st, ts.delta, a.scale});
   } else
 #endif
@@ -699,6 +775,7 @@ double attn_makespan(const std::vector<int>& order, const std::vector<double>& c
 }  // namespace
 
 void attn_local_set_backward_schedule(AttnBackwardSchedule schedule) { g_backward_schedule = schedule; }
+void attn_local_set_poison_scratch(bool on) { g_poison_scratch = on; }
 void attn_local_set_fused_epilogues(bool on) {
 #ifdef AAH_AVX2
   g_fused_epilogues = on;
