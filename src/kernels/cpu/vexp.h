@@ -72,7 +72,7 @@ inline __m512 vexp_masked_vec(__m512 x) { return Vec16::keep_ge(vexp_vec<Vec16>(
 // range, so clamping does not change it, and a lane below it is zeroed whatever its arithmetic gave (inf, NaN).
 // 2^n by V::mul_pow2 (AVX-512: vscalefps, the same rounding as the multiply by 2^n while n <= 127, i.e. x < 88.37).
 // Checked over all 2^32 floats: the same bits as vexp_masked_vec for every x <= 88, both widths (the test
-// Vexp.SoftmaxVariantSameBits samples them). Above 88 the two may differ; attention never calls it there.
+// Kernels.ExpSoftmaxVariantSameBitsUpTo88 samples them). Above 88 the two may differ; attention never calls it there.
 template <class V>
 inline typename V::T vexp_masked_le_vec(typename V::T x) {
   using T = typename V::T;
