@@ -250,8 +250,10 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
         pct = r.pct_sgemm.median, speed = r.speedup_vs_dense.median, pct_flag = r.pct_sgemm.flagged,
         speed_flag = r.speedup_vs_dense.n > 0 && r.speedup_vs_dense.flagged;
     }
-    std::printf("  D=%-3d worst time/pair ratio %.3f%s   full fwd+bwd %.1f%%%s of sgemm   %.2fx%s the dense path\n", D,
-                worst, worst_flag ? "!" : "", pct, pct_flag ? "!" : "", speed, speed_flag ? "!" : "");
+    char vs_dense[48] = "dense path not run";
+    if (speed > 0) std::snprintf(vs_dense, sizeof vs_dense, "%.2fx%s the dense path", speed, speed_flag ? "!" : "");
+    std::printf("  D=%-3d worst time/pair ratio %.3f%s   full fwd+bwd %.1f%%%s of sgemm   %s\n", D, worst,
+                worst_flag ? "!" : "", pct, pct_flag ? "!" : "", vs_dense);
     any_flag = any_flag || pct_flag;
   }
   // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10).
