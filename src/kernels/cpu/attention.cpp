@@ -595,11 +595,11 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
   for (int kt = kt_lo; kt <= kt_hi; kt++) {
     const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
     const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
-    // S^T (nk, ncol) = K_tile Qt; interior tiles take the column maxima on the way (AttnColMaxEpilogue)
+    // S^T (nk, ncol) = K_tile Qt; interior tiles take the column maxima on the way (AttnColMaxEpilogue), and so do
+    // boundary tiles where kAttnFusedBoundary, masking first (AttnColMaxMaskedEpilogue)
     const float* kt0 = kbase + (int64_t)k0 * D;
     attn_poison(ts);
     uint64_t qk;
-    // boundary tiles too where kAttnFusedBoundary: the epilogue masks as well
     const bool fused = (interior || kAttnFusedBoundary) && g_fused_epilogues;
 #ifdef AAH_AVX2
     if (fused) {
@@ -727,8 +727,9 @@ void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const flo
   const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
   const AttnScoreRange scores{q0, k0, W, D};
   attn_poison(ts);
-  // S^T, then dP^T; st becomes P^T and dpt dS^T / sqrt(D): in the products' epilogues for interior tiles, else in
-  // a pass of their own (attn_bwd_ds_tile, which also masks)
+  // S^T, then dP^T; st becomes P^T and dpt dS^T / sqrt(D): in the products' epilogues for interior tiles (and for
+  // boundary tiles where kAttnFusedBoundary, masking too), else in a pass of their own (attn_bwd_ds_tile, which
+  // also masks)
   uint64_t qk, macs;
 #ifdef AAH_AVX2
   if (interior && g_fused_epilogues) {

@@ -35,7 +35,7 @@ struct TileFullRange {
 // An epilogue sees a micro-kernel's accumulators before they are stored: apply<V, MR, NV>(acc, r, c) for the block
 // whose first row is r and first column c (of C). Attention fuses its softmax passes into the score products this
 // way (kernels/cpu/attention.cpp). Epilogues run in the vector micro-kernels only: a product that passes one needs
-// AVX2 and N a multiple of 8, and its ranges must not skip blocks.
+// AVX2 and N a multiple of 8. A block that the range skips runs no epilogue (its C is left as it was).
 struct TileNoEpilogue {
   template <class V, int MR, int NV>
   void apply(typename V::T (&)[MR][NV], int, int) const {}
