@@ -44,12 +44,12 @@ inline float vexp_masked_scalar(float x) {
 }
 
 #ifdef AAH_AVX2
-// The scalar arithmetic on a vector of V (Vec8 or Vec16), lane for lane: the same bits.
+// The range reduction and polynomial of vexp_scalar on a vector of V (Vec8 or Vec16), lane for lane (same bits),
+// for an x already clamped or known to be in range: returns p with exp(x) = p 2^n, and n.
 template <class V>
-inline typename V::T vexp_vec(typename V::T x) {
+inline typename V::T vexp_poly(typename V::T x, typename V::T& n) {
   using T = typename V::T;
-  x = V::min(V::max(x, V::set1(-87.3f)), V::set1(88.7f));
-  const T n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+  n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
   T r = V::fmadd(n, V::set1(-0.693359375f), x);
   r = V::fmadd(n, V::set1(2.12194440e-4f), r);
   T p = V::set1(1.9875691500e-4f);
@@ -59,7 +59,13 @@ inline typename V::T vexp_vec(typename V::T x) {
   p = V::fmadd(p, r, V::set1(1.6666665459e-1f));
   p = V::fmadd(p, r, V::set1(5.0000001201e-1f));
   p = V::fmadd(p, V::mul(r, r), r);
-  p = V::add(p, V::set1(1.0f));
+  return V::add(p, V::set1(1.0f));
+}
+// The scalar arithmetic on a vector of V, lane for lane: the same bits.
+template <class V>
+inline typename V::T vexp_vec(typename V::T x) {
+  typename V::T n;
+  const typename V::T p = vexp_poly<V>(V::min(V::max(x, V::set1(-87.3f)), V::set1(88.7f)), n);
   return V::mul(p, V::pow2(n));
 }
 inline __m256 vexp_masked_vec(__m256 x) { return Vec8::keep_ge(vexp_vec<Vec8>(x), x, kVexpZeroBelow); }
@@ -75,18 +81,8 @@ inline __m512 vexp_masked_vec(__m512 x) { return Vec16::keep_ge(vexp_vec<Vec16>(
 // Kernels.ExpSoftmaxVariantSameBitsUpTo88 samples them). Above 88 the two may differ; attention never calls it there.
 template <class V>
 inline typename V::T vexp_masked_le_vec(typename V::T x) {
-  using T = typename V::T;
-  const T n = V::round(V::mul(x, V::set1(1.44269504088896341f)));
-  T r = V::fmadd(n, V::set1(-0.693359375f), x);
-  r = V::fmadd(n, V::set1(2.12194440e-4f), r);
-  T p = V::set1(1.9875691500e-4f);
-  p = V::fmadd(p, r, V::set1(1.3981999507e-3f));
-  p = V::fmadd(p, r, V::set1(8.3334519073e-3f));
-  p = V::fmadd(p, r, V::set1(4.1665795894e-2f));
-  p = V::fmadd(p, r, V::set1(1.6666665459e-1f));
-  p = V::fmadd(p, r, V::set1(5.0000001201e-1f));
-  p = V::fmadd(p, V::mul(r, r), r);
-  p = V::add(p, V::set1(1.0f));
+  typename V::T n;
+  const typename V::T p = vexp_poly<V>(x, n);
   return V::keep_ge(V::mul_pow2(p, n), x, kVexpZeroBelow);
 }
 #endif
