@@ -232,18 +232,11 @@ inline TileRange attn_vec_keys(bool interior, int q0, int c, int k0, int nk, int
 // Boundary tiles: st (nk, ld) rows lo .. hi-1 of columns c .. c+7 (queries q0 + c + lane, keys k0 + j) get kMasked
 // where the key is not visible (attn_visible: 0 <= query - key < W).
 inline void attn_mask_rows(float* st, TileRange rows, int c, int q0, int k0, int W) {
-#ifdef AAH_AVX2
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), minus1 = _mm256_set1_epi32(-1);
-  const __m256i wv = _mm256_set1_epi32(W);
-  const __m256 masked = _mm256_set1_ps(kMasked);
-#endif
   auto mask_row = [&](int j) {
     float* row = st + j * kLd + c;
 #ifdef AAH_AVX2
-    const int d0 = q0 + c - (k0 + j);  // distance query - key of lane 0; lanes add 0..7
-    const __m256i d = _mm256_add_epi32(_mm256_set1_epi32(d0), lane);
-    const __m256i vis = _mm256_and_si256(_mm256_cmpgt_epi32(d, minus1), _mm256_cmpgt_epi32(wv, d));
-    _mm256_storeu_ps(row, _mm256_blendv_ps(masked, _mm256_loadu_ps(row), _mm256_castsi256_ps(vis)));
+    // distance query - key of lane 0 is q0 + c - (k0 + j); lanes add 0..7
+    _mm256_storeu_ps(row, attn_where_visible(_mm256_loadu_ps(row), q0 + c - (k0 + j), W, kMasked));
 #else
     for (int i = 0; i < 8; i++) row[i] = attn_visible(q0 + c + i, k0 + j, W) ? row[i] : kMasked;
 #endif
