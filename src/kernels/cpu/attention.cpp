@@ -45,6 +45,7 @@ namespace {
 // Tile sizes: 48, 64 and 96 measured alike on this machine; 64 keeps the boundary waste of small windows low.
 constexpr int kBQ = 64;  // query rows per tile (a multiple of 8: columns of the score tile are 8-wide vectors)
 constexpr int kBK = 64;  // keys per tile
+static_assert(kBQ == kBK, "the backward takes a key tile's diagonal pair (query tile kt) as its first");
 // Row stride of the transposed tiles (qt, dot, st, dpt): BQ + 8, so that walking down a column (the PV and dQ
 // products do) does not map every row to the same few L1 sets.
 constexpr int kLd = kBQ + 8;
@@ -105,6 +106,16 @@ inline uint64_t attn_gemm_tile(bool interior, int M, int N, int K, const float* 
                                const Band& band) {
   if (interior) return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, TileFullRange{K});
   return tile_gemm<MODE>(M, N, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
+}
+// An accumulating product (MODE kAdd or kScaleAdd) whose C holds nothing yet when `first`: then C = A B (kInit,
+// which also zeroes the blocks the band skips), so that C needs no memset before its first tile. Same bits as
+// zeroing C and accumulating: each chain starts from +0 either way.
+template <int MODE, class Band>
+inline uint64_t attn_gemm_tile_acc(bool first, bool interior, int M, int N, int K, const float* A, int64_t rsa,
+                                   int64_t ksa, const float* Bm, int64_t ldb, float* C, int64_t ldc,
+                                   const float* rs, const Band& band) {
+  if (first) return attn_gemm_tile<kInit>(interior, M, N, K, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
+  return attn_gemm_tile<MODE>(interior, M, N, K, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -581,7 +592,6 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
 
   attn_transpose_tile(ts.qt, a.q + attn_row(b, h, q0, a.H, T) * D, nq, ncol, D, a.scale);
   for (int i = 0; i < ncol; i++) ts.m[i] = kNegBig, ts.l[i] = 0, ts.ent[i] = 0, ts.dist[i] = 0;
-  std::memset(o, 0, sizeof(float) * nq * D);
 
   int kt_lo, kt_hi;
   attn_key_tiles(q0, nq, W, kt_lo, kt_hi);
@@ -608,9 +618,10 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
       qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr,
                                 AttnScoreRange{q0, k0, W, D});
     attn_softmax_tile(ts.st, nk, ncol, ts, diag, interior, q0, k0, W, fused);
-    // O (nq, D) = diag(alpha) O + P~ V_tile
-    const uint64_t pv = attn_gemm_tile<kScaleAdd>(interior, nq, D, nk, ts.st, 1, kLd, vbase + (int64_t)k0 * D, D,
-                                                  o, D, ts.alpha, AttnQueryRowRange{q0, k0, W, nk});
+    // O (nq, D) = diag(alpha) O + P~ V_tile (the first key tile: O = P~ V_tile)
+    const uint64_t pv = attn_gemm_tile_acc<kScaleAdd>(kt == kt_lo, interior, nq, D, nk, ts.st, 1, kLd,
+                                                      vbase + (int64_t)k0 * D, D, o, D, ts.alpha,
+                                                      AttnQueryRowRange{q0, k0, W, nk});
     cnt.visited++;
     cnt.computed += qk / D;
     cnt.macs += qk + pv;
@@ -707,9 +718,10 @@ void attn_bwd_ds_tile(float* st, float* dpt, int nk, int ncol, const TileScratch
 }
 
 // One tile pair (query tile qt of head h, loaded in ts; key tile kt). want_dkdv: dK, dV rows of the key tile
-// += ; want_dq: dQ rows of the query tile += (the caller zeroes them before the first key tile).
+// += (first_dkdv: =, the key tile's first pair); want_dq: dQ rows of the query tile += (first_dq: =).
 void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const float* dout, int b, int h, int qt,
-                   int kt, TileScratch& ts, bool want_dkdv, bool want_dq, LocalCounts& cnt) {
+                   int kt, TileScratch& ts, bool want_dkdv, bool first_dkdv, bool want_dq, bool first_dq,
+                   LocalCounts& cnt) {
   const int T = a.T, D = a.D, W = a.window[h], hk = h / a.group;
   const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0), ncol = (nq + 7) / 8 * 8;
   const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
@@ -747,12 +759,14 @@ void attn_bwd_pair(const AttnArgs& a, float* dq, float* dk, float* dv, const flo
   if (want_dkdv) {
     const AttnKeyRowRange keys{q0, k0, W, nq};
     // dV += P^T dO, dK += dS^T Q
-    macs += attn_gemm_tile<kAdd>(interior, nk, D, nq, ts.st, kLd, 1, dout + qrow, D, dv + krow, D, nullptr, keys);
-    macs += attn_gemm_tile<kAdd>(interior, nk, D, nq, ts.dpt, kLd, 1, a.q + qrow, D, dk + krow, D, nullptr, keys);
+    macs += attn_gemm_tile_acc<kAdd>(first_dkdv, interior, nk, D, nq, ts.st, kLd, 1, dout + qrow, D, dv + krow, D,
+                                     nullptr, keys);
+    macs += attn_gemm_tile_acc<kAdd>(first_dkdv, interior, nk, D, nq, ts.dpt, kLd, 1, a.q + qrow, D, dk + krow, D,
+                                     nullptr, keys);
   }
   if (want_dq)  // dQ += dS K
-    macs += attn_gemm_tile<kAdd>(interior, nq, D, nk, ts.dpt, 1, kLd, kp, D, dq + qrow, D, nullptr,
-                                 AttnQueryRowRange{q0, k0, W, nk});
+    macs += attn_gemm_tile_acc<kAdd>(first_dq, interior, nq, D, nk, ts.dpt, 1, kLd, kp, D, dq + qrow, D, nullptr,
+                                     AttnQueryRowRange{q0, k0, W, nk});
   cnt.visited++;
   cnt.computed += qk / D;
   cnt.macs += macs;
@@ -879,17 +893,17 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
 #pragma omp for schedule(dynamic, 1)
       for (int t = 0; t < nkv; t++) {
         const int b = order[t] / Hkv, hk = order[t] % Hkv;
-        const int64_t kv0 = attn_row(b, hk, 0, Hkv, T) * D;
-        std::memset(dk + kv0, 0, sizeof(float) * T * D);
-        std::memset(dv + kv0, 0, sizeof(float) * T * D);
+        // A key tile's first pair is its diagonal one (query tile kt) of the group's first head: the first pair
+        // of each key tile and of each query tile sets dK, dV and dQ rows instead of adding (no memsets).
         for (int h = hk * a.group; h < (hk + 1) * a.group; h++)
           for (int qt = 0; qt < a.nqt; qt++) {
             const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
             attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
-            std::memset(dq + attn_row(b, h, q0, H, T) * D, 0, sizeof(float) * nq * D);
             int lo, hi;
             attn_key_tiles(q0, nq, window[h], lo, hi);
-            for (int kt = lo; kt <= hi; kt++) attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, true, cnt);
+            for (int kt = lo; kt <= hi; kt++)
+              attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, h == hk * a.group && kt == qt, true,
+                            kt == lo, cnt);
             cnt.skipped += lo;
           }
       }
@@ -906,15 +920,13 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
       for (int64_t t = 0; t < n1; t++) {
         const int kt = (int)(t / nkv), b = (int)(t % nkv) / Hkv, hk = (int)(t % nkv) % Hkv;
         const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
-        const int64_t kv0 = attn_row(b, hk, k0, Hkv, T) * D;
-        std::memset(dk + kv0, 0, sizeof(float) * nk * D);
-        std::memset(dv + kv0, 0, sizeof(float) * nk * D);
         for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
-          int lo, hi;
+          int lo, hi;  // lo = kt: the first pair is the diagonal one, which sets dK, dV (no memset)
           attn_query_tiles(k0, nk, window[h], T, lo, hi);
           for (int qt = lo; qt <= hi; qt++) {
             attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
-            attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, false, cnt);
+            attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, h == hk * a.group && qt == lo, false, false,
+                          cnt);
           }
         }
       }
@@ -925,10 +937,10 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
         const int bh = (int)(t % ((int64_t)B * H)), b = bh / H, h = bh % H;
         const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
         attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
-        std::memset(dq + attn_row(b, h, q0, H, T) * D, 0, sizeof(float) * nq * D);
         int lo, hi;
         attn_key_tiles(q0, nq, window[h], lo, hi);
-        for (int kt = lo; kt <= hi; kt++) attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, true, cnt);
+        for (int kt = lo; kt <= hi; kt++)
+          attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, false, true, kt == lo, cnt);
         cnt.skipped += lo;
       }
       computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;

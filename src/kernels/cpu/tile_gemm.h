@@ -15,12 +15,14 @@
 
 namespace aah::cpu {
 
-enum TileGemmMode { kSet, kAdd, kScaleAdd };
+// kSet: C = A B; kAdd: C += A B; kScaleAdd: C = diag(rs) C + A B; kInit: C = A B where blocks that the range
+// skips are set to 0 (kSet leaves them as they were), so that C needs no zeroing before a first, banded product.
+enum TileGemmMode { kSet, kAdd, kScaleAdd, kInit };
 
 // The k range [lo, hi) that a block of rows [r0, r1) x columns [c0, c1) needs: a Range is a callable
 // (r0, r1, c0, c1) -> TileRange. Attention's boundary tiles pass band ranges (kernels/cpu/attention.cpp), so the
 // parts of a tile that no visible pair touches are not computed: an empty range skips the block (kSet and kAdd
-// leave C as it is, kScaleAdd only rescales).
+// leave C as it is, kScaleAdd only rescales, kInit zeroes it).
 struct TileRange {
   int lo, hi;
 };
@@ -52,7 +54,7 @@ inline void tile_gemm_ukernel(int K, const float* A, int64_t rsa, int64_t ksa, c
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 16
     for (int v = 0; v < NV; v++) {
-      if constexpr (MODE == kSet)
+      if constexpr (MODE == kSet || MODE == kInit)
         acc[r][v] = V::zero();
       else if constexpr (MODE == kAdd)
         acc[r][v] = V::load(C + r * ldc + w * v);
@@ -91,14 +93,14 @@ inline void tile_gemm_ukernel_tail(int rem, int K, const float* A, int64_t rsa, 
 }
 
 // One block: rows [r, r + mr) (mr <= MR) x columns [c0, c0 + width NV) over the k range k. An empty range skips
-// the block (kScaleAdd only rescales it). Returns the multiply-adds executed.
+// the block (kScaleAdd only rescales it, kInit zeroes it). Returns the multiply-adds executed.
 template <class V, int MR, int NV, int MODE, class Epi>
 inline uint64_t tile_gemm_block(int r, int mr, int c0, TileRange k, const float* A, int64_t rsa, int64_t ksa,
                                 const float* Bm, int64_t ldb, float* C, int64_t ldc, const float* rs,
                                 const Epi& epi) {
   static_assert(MR <= kTileMaxBlockRows);
   if (k.hi <= k.lo) {
-    if (MODE != kScaleAdd) return 0;
+    if (MODE != kScaleAdd && MODE != kInit) return 0;
     k.hi = k.lo;
   }
   const float* a = A + r * rsa + k.lo * ksa;
@@ -177,8 +179,8 @@ uint64_t tile_gemm(int M, int N, const float* A, int64_t rsa, int64_t ksa, const
   for (; c < N; c++)
     for (int r = 0; r < M; r++) {
       const TileRange k = range(r, r + 1, c, c + 1);
-      if (k.hi <= k.lo && MODE != kScaleAdd) continue;
-      float acc = MODE == kSet ? 0.0f : MODE == kAdd ? C[r * ldc + c] : rs[r] * C[r * ldc + c];
+      if (k.hi <= k.lo && MODE != kScaleAdd && MODE != kInit) continue;
+      float acc = MODE == kSet || MODE == kInit ? 0.0f : MODE == kAdd ? C[r * ldc + c] : rs[r] * C[r * ldc + c];
       for (int j = k.lo; j < k.hi; j++) acc = std::fma(A[r * rsa + j * ksa], Bm[j * ldb + c], acc);
       C[r * ldc + c] = acc;
       macs += std::max(0, k.hi - k.lo);
