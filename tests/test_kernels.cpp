@@ -312,7 +312,7 @@ TEST(Kernels, BackwardIsThreadCountInvariant) {
 // scalar) promise one FMA chain per element in ascending k: the same bits as a scalar std::fma loop, for every
 // mode, shapes with row and column tails, and band ranges. A band block runs the union of its rows' k ranges, as
 // attention's do, with A zero outside each row's own range (an FMA with 0 leaves the sum as it is), and skips
-// blocks whose rows all have empty ranges (rows >= 48, a multiple of every block height).
+// blocks whose rows all have empty ranges (rows >= 48, a multiple of every block height): kInit zeroes those.
 TEST(Kernels, TileGemmIsTheScalarFmaChainBitwise) {
   const int ld = 72;
   for (const auto& shape : {std::tuple{64, 64, 64}, std::tuple{64, 32, 47}, std::tuple{13, 40, 9},
@@ -337,13 +337,16 @@ TEST(Kernels, TileGemmIsTheScalarFmaChainBitwise) {
         for (int k = 0; k < K; k++)
           if (k < row_range(r).lo || k >= row_range(r).hi) A[size_t(r) * K + k] = 0.0f;
       const auto Bm = randn(size_t(K) * ld, 32 + N), rs = randn(M, 33), C0 = randn(size_t(M) * ld, 34 + K);
-      for (int mode = 0; mode < 3; mode++) {
+      for (int mode : {cpu::kSet, cpu::kAdd, cpu::kScaleAdd, cpu::kInit}) {
         std::vector<float> fast = C0, want = C0;
         for (int r = 0; r < M; r++)
           for (int c = 0; c < N; c++) {
             const cpu::TileRange k = row_range(r);
-            if (mode != cpu::kScaleAdd && k.hi <= k.lo) continue;  // a skipped block leaves C as it is
-            float acc = mode == cpu::kSet ? 0.0f : mode == cpu::kAdd ? C0[r * ld + c] : rs[r] * C0[r * ld + c];
+            // a skipped block leaves C as it is (kInit: 0, kScaleAdd: rescaled)
+            if (mode != cpu::kScaleAdd && mode != cpu::kInit && k.hi <= k.lo) continue;
+            float acc = mode == cpu::kSet || mode == cpu::kInit ? 0.0f
+                        : mode == cpu::kAdd                     ? C0[r * ld + c]
+                                                                : rs[r] * C0[r * ld + c];
             for (int j = k.lo; j < k.hi; j++) acc = std::fma(A[size_t(r) * K + j], Bm[size_t(j) * ld + c], acc);
             want[r * ld + c] = acc;
           }
@@ -352,6 +355,8 @@ TEST(Kernels, TileGemmIsTheScalarFmaChainBitwise) {
             return cpu::tile_gemm<cpu::kSet>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, nullptr, range);
           if (mode == cpu::kAdd)
             return cpu::tile_gemm<cpu::kAdd>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, nullptr, range);
+          if (mode == cpu::kInit)
+            return cpu::tile_gemm<cpu::kInit>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, nullptr, range);
           return cpu::tile_gemm<cpu::kScaleAdd>(M, N, A.data(), K, 1, Bm.data(), ld, fast.data(), ld, rs.data(), range);
         };
         if (band)
