@@ -69,7 +69,11 @@ int choose_thread_count() {
   // the larger of two samples: a passing task can only make one look smaller
   const double capacity = std::max(measure_cpu_capacity(n, 0.02), measure_cpu_capacity(n, 0.02));
   const int free_cores = std::clamp(int(capacity + 0.25), 1, n);
-  if (free_cores < n) omp_set_num_threads(free_cores);
+  if (free_cores < n) {
+    omp_set_num_threads(free_cores);
+    std::fprintf(stderr, "[aah] %d of %d cores free at start (other processes hold the rest): %d OpenMP thread%s; "
+                 "OMP_NUM_THREADS=%d forces all\n", free_cores, n, free_cores, free_cores == 1 ? "" : "s", n);
+  }
   return free_cores;
 }
 

@@ -20,8 +20,8 @@ double measure_cpu_capacity(int n, double seconds);
 // capacity measured at start (measure_cpu_capacity, twice 20 ms) when other processes keep some of them busy. A team
 // larger than the free cores waits at every barrier for a thread that is not running: a tiny model measured 7.6x
 // slower with 2 threads beside one busy process, and equal with 1 thread (README, "Busy machines"). Returns the
-// team size chosen. Results depend on the team size (float reduction order): set OMP_NUM_THREADS for
-// bit-identical reruns on a machine whose load changes.
+// team size chosen, and says so on stderr when it is smaller than the CPUs. Results depend on the team size (float
+// reduction order): set OMP_NUM_THREADS for bit-identical reruns on a machine whose load changes.
 int choose_thread_count();
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // OpenBLAS (Debian 12: 0.3.21) picks its kernels at load time from the CPU model. A CPU newer than it knows falls
