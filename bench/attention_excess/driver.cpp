@@ -1,0 +1,87 @@
+// Where a small window's extra time per pair goes (bench/attention_excess/run.sh): the attention kernel is linked
+// twice, once as built (namespace aah) and once compiled with -Daah=aahx, so that `perf` can tell the two apart.
+// Window W runs through aahx and full windows through aah, alternating in rounds, so both sides are sampled at
+// the same machine state. Prints the per-round time-per-pair ratio (the t/p of `aah bench attention`).
+//   driver T D W ROUNDS f|b      (B = 1, H = Hkv = 8, the threads OpenMP gives)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace aahx {
+struct AttnDiagnostics;
+struct AttnCounters;
+namespace cpu {
+void attn_local_forward(float*, float*, const float*, const float*, const float*, const int*, int, int, int, int, int,
+                        AttnDiagnostics*, AttnCounters*);
+void attn_local_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
+                         const float*, const float*, const int*, int, int, int, int, int, AttnCounters*);
+}  // namespace cpu
+}  // namespace aahx
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6 || (argv[5][0] != 'f' && argv[5][0] != 'b')) {
+    std::fprintf(stderr, "usage: %s T D W ROUNDS f|b\n", argv[0]);
+    return 2;
+  }
+  const int B = 1, H = 8, T = std::atoi(argv[1]), D = std::atoi(argv[2]), W = std::atoi(argv[3]);
+  const int rounds = std::atoi(argv[4]);
+  const bool fwd = argv[5][0] == 'f';
+  if (T < 64 || D < 8 || W < 1 || W > T || rounds < 1) {
+    std::fprintf(stderr, "need T >= 64, D >= 8, 1 <= W <= T, ROUNDS >= 1\n");
+    return 2;
+  }
+  const size_t n = size_t(B) * H * T * D;
+  std::vector<float> q(n), k(n), v(n), dout(n), out(n), lse(size_t(B) * H * T), dq(n), dk(n), dv(n);
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal(0, 1);
+  for (auto* x : {&q, &k, &v, &dout})
+    for (auto& e : *x) e = normal(gen);
+  const std::vector<int> small(H, W), full(H, T);
+  aah::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
+                               nullptr, nullptr);
+  auto pairs = [&](double w) { return H * (w * T - w * (w - 1) / 2); };
+  // about as much work on both sides per round: the small window repeats full's pairs / its pairs times
+  const int reps_full = std::max(1, int(2e8 / (pairs(T) * D))), reps_small = std::max(1, int(reps_full * pairs(T) / pairs(W)));
+  auto run_small = [&] {
+    if (fwd)
+      aahx::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), small.data(), B, H, H, T,
+                                    D, nullptr, nullptr);
+    else
+      aahx::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                     k.data(), v.data(), small.data(), B, H, H, T, D, nullptr);
+  };
+  auto run_full = [&] {
+    if (fwd)
+      aah::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
+                                   nullptr, nullptr);
+    else
+      aah::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                    k.data(), v.data(), full.data(), B, H, H, T, D, nullptr);
+  };
+  std::vector<double> ratio;
+  for (int r = 0; r < rounds; r++) {
+    const double t0 = now();
+    for (int i = 0; i < reps_small; i++) run_small();
+    const double t1 = now();
+    for (int i = 0; i < reps_full; i++) run_full();
+    const double t2 = now();
+    ratio.push_back(((t1 - t0) / (reps_small * pairs(W))) / ((t2 - t1) / (reps_full * pairs(T))));
+  }
+  std::printf("%s T=%d D=%d W=%d: time per pair against full windows, median of %d rounds: %.3f\n",
+              fwd ? "forward" : "backward", T, D, W, rounds, median(ratio));
+  // for the attribution: pairs run on each side per round
+  std::printf("pairs per round: small %.6g full %.6g\n", reps_small * pairs(W), reps_full * pairs(T));
+}
