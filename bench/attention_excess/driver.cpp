@@ -1,7 +1,7 @@
-// Where a small window's extra time per pair goes (bench/attention_excess/run.sh): the attention kernel is linked
-// twice, once as built (namespace aah) and once compiled with -Daah=aahx, so that `perf` can tell the two apart.
-// Window W runs through aahx and full windows through aah, alternating in rounds, so both sides are sampled at
-// the same machine state. Prints the per-round time-per-pair ratio (the t/p of `aah bench attention`).
+// Where a small window's extra time per pair goes (bench/attention_excess/run.sh): the attention kernel is compiled
+// twice, with -Daah=aahx and -Daah=aahy, so that `perf` can tell the two copies apart. Window W runs through aahx
+// and full windows through aahy, alternating in rounds, so both sides are sampled at the same machine state.
+// Prints the median per-round time-per-pair ratio (the t/p of `aah bench attention`).
 //   driver T D W ROUNDS f|b      (B = 1, H = Hkv = 8, the threads OpenMP gives)
 #include <algorithm>
 #include <chrono>
@@ -10,18 +10,20 @@
 #include <random>
 #include <vector>
 
-#include "kernels/ops.h"
-
-namespace aahx {
-struct AttnDiagnostics;
-struct AttnCounters;
-namespace cpu {
-void attn_local_forward(float*, float*, const float*, const float*, const float*, const int*, int, int, int, int, int,
-                        AttnDiagnostics*, AttnCounters*);
-void attn_local_backward(float*, float*, float*, const float*, const float*, const float*, const float*,
-                         const float*, const float*, const int*, int, int, int, int, int, AttnCounters*);
-}  // namespace cpu
-}  // namespace aahx
+// The two copies' entry points (kernels/ops.h, in their namespaces).
+#define AAH_ATTENTION_COPY(ns)                                                                                  \
+  namespace ns {                                                                                               \
+  struct AttnDiagnostics;                                                                                      \
+  struct AttnCounters;                                                                                         \
+  namespace cpu {                                                                                              \
+  void attn_local_forward(float*, float*, const float*, const float*, const float*, const int*, int, int, int, \
+                          int, int, AttnDiagnostics*, AttnCounters*);                                          \
+  void attn_local_backward(float*, float*, float*, const float*, const float*, const float*, const float*,     \
+                           const float*, const float*, const int*, int, int, int, int, int, AttnCounters*);    \
+  }                                                                                                            \
+  }
+AAH_ATTENTION_COPY(aahx)
+AAH_ATTENTION_COPY(aahy)
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -50,8 +52,8 @@ int main(int argc, char** argv) {
   for (auto* x : {&q, &k, &v, &dout})
     for (auto& e : *x) e = normal(gen);
   const std::vector<int> small(H, W), full(H, T);
-  aah::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
-                               nullptr, nullptr);
+  aahy::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
+                                nullptr, nullptr);
   auto pairs = [&](double w) { return H * (w * T - w * (w - 1) / 2); };
   // about as much work on both sides per round: the small window repeats full's pairs / its pairs times
   const int reps_full = std::max(1, int(2e8 / (pairs(T) * D))), reps_small = std::max(1, int(reps_full * pairs(T) / pairs(W)));
@@ -65,11 +67,11 @@ int main(int argc, char** argv) {
   };
   auto run_full = [&] {
     if (fwd)
-      aah::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
-                                   nullptr, nullptr);
+      aahy::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T,
+                                    D, nullptr, nullptr);
     else
-      aah::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                                    k.data(), v.data(), full.data(), B, H, H, T, D, nullptr);
+      aahy::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                     k.data(), v.data(), full.data(), B, H, H, T, D, nullptr);
   };
   std::vector<double> ratio;
   for (int r = 0; r < rounds; r++) {
