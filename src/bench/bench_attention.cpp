@@ -58,7 +58,8 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
   const std::vector<int> Ds = head_dims.empty() ? std::vector<int>{32, 64, 128} : head_dims;
   const SgemmBench sgemm;
   std::vector<AttnBenchRow> rows;
-  if (!o.json) std::printf("attention bench: B=%d H=%d, %d threads\n", B, H, num_threads());
+  if (!o.json)
+    std::printf("attention bench: B=%d H=%d, %d thread%s\n", B, H, num_threads(), num_threads() == 1 ? "" : "s");
 
   for (int T : Ts)
     for (int D : Ds) {

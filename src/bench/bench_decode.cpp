@@ -119,11 +119,11 @@ int bench_decode(const BenchOptions& o, int T) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       if (si == 0)
-        std::printf("bench-c at context %d, decoding %d tokens after a %d-token prompt (%d threads), %d rounds, "
+        std::printf("bench-c at context %d, decoding %d tokens after a %d-token prompt (%d thread%s), %d rounds, "
                     "%.1f s\n%-18s %12s %9s %9s %12s %7s %10s %7s %9s %14s %7s\n",
-                    T, steps, prompt, num_threads(), res.rounds, res.seconds, "window set", "KV bytes", "KV ratio",
-                    "W ratio", "decode tok/s", "spread", "time ratio", "spread", "predicted", "prefill tok/s",
-                    "spread");
+                    T, steps, prompt, num_threads(), num_threads() == 1 ? "" : "s", res.rounds, res.seconds,
+                    "window set", "KV bytes", "KV ratio", "W ratio", "decode tok/s", "spread", "time ratio", "spread",
+                    "predicted", "prefill tok/s", "spread");
       std::printf("%-18s %12.0f %9.3f %9.3f %11.1f%1s %6.1f%% %9.3f%1s %6.1f%% %9.3f %13.0f%1s %6.1f%%\n",
                   s.name.c_str(), s.kv_bytes, kv_ratio, s.window_ratio, decode_tok_s.median, flag_mark(decode_tok_s),
                   100 * decode_tok_s.spread, time_ratio.median, si > 0 ? flag_mark(time_ratio) : "",

@@ -146,9 +146,9 @@ int bench_maps(const BenchOptions& o, const std::string& dir) {
     return 0;
   }
   std::printf("%s: each regime's final window map on one model (%d layers, %d heads x %d, width %d, vocab %d), "
-              "batch %d x %d, %s, %d threads\n",
+              "batch %d x %d, %s, %d thread%s\n",
               dir.c_str(), m.num_hidden_layers, m.num_attention_heads, m.head_dim, m.hidden_size, m.vocab_size, B, T,
-              out["cpu"].get<std::string>().c_str(), num_threads());
+              out["cpu"].get<std::string>().c_str(), num_threads(), num_threads() == 1 ? "" : "s");
   std::printf("%d rounds after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
               res.rounds, res.warmup_rounds, res.warmup_rounds == 1 ? "" : "s", res.seconds,
               res.settled ? "" : " (spreads not all settled)");

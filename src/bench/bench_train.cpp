@@ -351,9 +351,9 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
   }
   std::string names = "full";
   for (const TrainVariant& v : variants) names += ", " + v.name;
-  std::printf("%s: %d layers, hidden %d, %d heads x %d (%d KV), SwiGLU %d, vocab %d, batch %d x %d, %d threads\n",
+  std::printf("%s: %d layers, hidden %d, %d heads x %d (%d KV), SwiGLU %d, vocab %d, batch %d x %d, %d thread%s\n",
               config_name.c_str(), L, m.hidden_size, H, m.head_dim, m.num_key_value_heads, m.intermediate_size,
-              m.vocab_size, B, T, num_threads());
+              m.vocab_size, B, T, num_threads(), num_threads() == 1 ? "" : "s");
   std::printf("%d rounds (%s, sgemm) after %d warm-up round%s, %.1f s%s; figures: median (min, spread = IQR / median)\n",
               res.rounds, names.c_str(), res.warmup_rounds, res.warmup_rounds == 1 ? "" : "s", res.seconds,
               res.settled ? "" : " (spreads not all settled)");
