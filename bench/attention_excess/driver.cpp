@@ -52,27 +52,21 @@ int main(int argc, char** argv) {
   for (auto* x : {&q, &k, &v, &dout})
     for (auto& e : *x) e = normal(gen);
   const std::vector<int> small(H, W), full(H, T);
-  aahy::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T, D,
-                                nullptr, nullptr);
+  // one call of a copy's forward (as_forward) or backward with the windows `win`
+  auto call = [&](auto forward, auto backward, const std::vector<int>& win, bool as_forward) {
+    if (as_forward)
+      forward(out.data(), lse.data(), q.data(), k.data(), v.data(), win.data(), B, H, H, T, D, nullptr, nullptr);
+    else
+      backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(), v.data(),
+               win.data(), B, H, H, T, D, nullptr);
+  };
+  auto run_small = [&] { call(aahx::cpu::attn_local_forward, aahx::cpu::attn_local_backward, small, fwd); };
+  auto run_full = [&] { call(aahy::cpu::attn_local_forward, aahy::cpu::attn_local_backward, full, fwd); };
+  call(aahy::cpu::attn_local_forward, aahy::cpu::attn_local_backward, full, true);  // O and lse for the backward
   auto pairs = [&](double w) { return H * (w * T - w * (w - 1) / 2); };
   // about as much work on both sides per round: the small window repeats full's pairs / its pairs times
-  const int reps_full = std::max(1, int(2e8 / (pairs(T) * D))), reps_small = std::max(1, int(reps_full * pairs(T) / pairs(W)));
-  auto run_small = [&] {
-    if (fwd)
-      aahx::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), small.data(), B, H, H, T,
-                                    D, nullptr, nullptr);
-    else
-      aahx::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                                     k.data(), v.data(), small.data(), B, H, H, T, D, nullptr);
-  };
-  auto run_full = [&] {
-    if (fwd)
-      aahy::cpu::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), full.data(), B, H, H, T,
-                                    D, nullptr, nullptr);
-    else
-      aahy::cpu::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                                     k.data(), v.data(), full.data(), B, H, H, T, D, nullptr);
-  };
+  const int reps_full = std::max(1, int(2e8 / (pairs(T) * D)));
+  const int reps_small = std::max(1, int(reps_full * pairs(T) / pairs(W)));
   std::vector<double> ratio;
   for (int r = 0; r < rounds; r++) {
     const double t0 = now();
