@@ -1146,6 +1146,7 @@ void report_write(const std::string& dir) {
   write_file_atomic(dir + "/val_loss_time.csv", csv_curve);
   write_file_atomic(dir + "/report.json", out.dump(2) + "\n");
   std::printf("%s\n", md.substr(0, md.find("\n## Window buckets")).c_str());
+  std::fflush(stdout);  // the tables before the message below, also when both go to one file
   std::fprintf(stderr,
                "[report] wrote %s/report.md, report.html, runs.csv, summary.csv, val_loss_time.csv, report.json, "
                "figures/ (%zu)\n",
