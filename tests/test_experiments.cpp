@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -693,6 +694,7 @@ TEST(Suite, FixedMatchedResolvesToFullAdaptivesPairRatio) {
 // `aah bench maps` on a hand-made suite whose cost ratios are known: a model where attention is nearly all the work
 // (width 16, 2 heads of 32, context 2048). The same full map under two regime names must time alike (ratio near 1);
 // every head at T/8 must cost about its pair ratio (0.234), far below 1. Wide bounds: this tests the timer, not speed.
+// A ratio the bench flags (spread over its limit: a busy machine) is not a result, so its bounds are not checked.
 TEST(BenchMaps, SameMapTwiceIsOneAndAnEighthWindowFollowsItsPairs) {
   const test::TempDir tmp("maps");
   const std::string dir = tmp.path + "/suite";
@@ -719,22 +721,29 @@ TEST(BenchMaps, SameMapTwiceIsOneAndAnEighthWindowFollowsItsPairs) {
   const json t = json::parse(c.out);
   ASSERT_EQ(t["regimes"].size(), 3u);
   EXPECT_EQ(t["regimes"][0]["regime"], "full");
+  int checked = 0, flagged = 0;
   for (const auto& r : t["regimes"]) {
     if (r["regime"] == "full") continue;
-    const double train = r["train_ratio"]["median"].get<double>(), eval = r["eval_ratio"]["median"].get<double>();
+    const json &train_fig = r["train_ratio"], &eval_fig = r["eval_ratio"];
+    const double train = train_fig["median"].get<double>(), eval = eval_fig["median"].get<double>();
+    const bool train_ok = !train_fig["flagged"].get<bool>(), eval_ok = !eval_fig["flagged"].get<bool>();
+    checked += train_ok + eval_ok;
+    flagged += !train_ok + !eval_ok;
     if (r["regime"] == "grouping_off") {
       EXPECT_EQ(r["pair_ratio"].get<double>(), 1.0);
-      EXPECT_GT(train, 0.8) << c.out;
-      EXPECT_LT(train, 1.25) << c.out;
-      EXPECT_GT(eval, 0.8) << c.out;
-      EXPECT_LT(eval, 1.25) << c.out;
+      if (train_ok) EXPECT_GT(train, 0.8) << c.out;
+      if (train_ok) EXPECT_LT(train, 1.25) << c.out;
+      if (eval_ok) EXPECT_GT(eval, 0.8) << c.out;
+      if (eval_ok) EXPECT_LT(eval, 1.25) << c.out;
     } else {
       EXPECT_NEAR(r["pair_ratio"].get<double>(), fixed_window_pair_ratio(2048, 256), 1e-12);
-      EXPECT_LT(train, 0.6) << c.out;
-      EXPECT_LT(eval, 0.6) << c.out;
-      EXPECT_GT(eval, 0.5 * fixed_window_pair_ratio(2048, 256)) << c.out;
+      if (train_ok) EXPECT_LT(train, 0.6) << c.out;
+      if (eval_ok) EXPECT_LT(eval, 0.6) << c.out;
+      if (eval_ok) EXPECT_GT(eval, 0.5 * fixed_window_pair_ratio(2048, 256)) << c.out;
     }
   }
+  if (checked == 0) GTEST_SKIP() << "every ratio flagged by the bench (a busy machine): no bound checked\n" << c.out;
+  if (flagged > 0) std::cerr << flagged << " of 4 ratios flagged by the bench (a busy machine): their bounds not checked\n";
 }
 
 TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
