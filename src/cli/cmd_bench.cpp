@@ -4,6 +4,7 @@
 #include "bench/bench_train.h"
 #include "bench/measure.h"
 #include "cli/commands.h"
+#include "core/sys.h"
 
 #if __has_include("bench/bench_attention.h")
 #include "bench/bench_attention.h"
@@ -59,6 +60,11 @@ void add_measure_flags(CLI::App* cmd, BenchOptions& o) {
 void add_bench_commands(CLI::App& app, int& rc) {
   auto* bench = app.add_subcommand("bench", "Benchmarks (figures and ratios measured side by side in one process)");
   bench->require_subcommand(1);
+  // Every bench's figures depend on OpenBLAS's kernels: say so when the user's OPENBLAS_CORETYPE narrows them.
+  bench->parse_complete_callback([] {
+    const std::string note = blas_coretype_note_here();
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  });
   static BenchOptions opts;
   static int steps = 0;
   static std::string regime = "full";

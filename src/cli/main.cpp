@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
       how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, ")");
     std::printf("openblas core: %s%s\n", aah::blas_corename().c_str(), how.c_str());
     std::printf("openmp threads: %d\n", aah::num_threads());
+    const std::string note = aah::blas_coretype_note_here();
+    if (!note.empty()) std::printf("%s\n", note.c_str());
   });
   try {
     app.parse(argc, argv);

@@ -1,6 +1,9 @@
 #include "core/sys.h"
 
+#include "core/check.h"
+
 #include <omp.h>
+#include <strings.h>
 
 #include <time.h>
 
@@ -119,12 +122,30 @@ std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool a
 
 std::string blas_corename() { return openblas_get_corename(); }
 
-std::string blas_coretype_fix_here() {
-  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512cd");
-  return blas_coretype_fix(blas_corename(), avx2_fma, avx512);
+namespace {
+bool cpu_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_avx512() {  // what OpenBLAS's SkylakeX kernels need
+  return cpu_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd");
+}
+}  // namespace
+
+std::string blas_coretype_fix_here() { return blas_coretype_fix(blas_corename(), cpu_avx2_fma(), cpu_avx512()); }
+
+std::string blas_coretype_note(const char* coretype, bool avx512) {
+  if (!coretype || !*coretype || !avx512) return "";
+  static const char* const kAvx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};  // 0.3.21's names
+  for (const char* m : kAvx512)
+    if (strcasecmp(coretype, m) == 0) return "";
+  return str_cat("note: OPENBLAS_CORETYPE=", coretype, " makes OpenBLAS run narrower kernels than this CPU has ",
+                 "(it has AVX-512; OpenBLAS's AVX-512 kernels measured 1.6-1.8x faster at sgemm): matrix products and ",
+                 "any figure relative to them are slower than they could be. Unset it to let OpenBLAS choose.");
+}
+
+std::string blas_coretype_note_here() {
+  if (std::getenv("AAH_OPENBLAS_DETECTED")) return "";  // aah set the variable itself (main.cpp)
+  return blas_coretype_note(std::getenv("OPENBLAS_CORETYPE"), cpu_avx512());
 }
 
 }  // namespace aah
