@@ -257,20 +257,21 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                 worst_flag ? "!" : "", pct, pct_flag ? "!" : "", vs_dense);
     any_flag = any_flag || pct_flag;
   }
-  // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10).
-  std::printf("Every T (tiled), windows >= 64: worst time/pair ratio (fwd, bwd, fwd+bwd; goal <= 1.10)\n");
+  // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10),
+  // with its mac/p: the t/p the executed multiply-adds alone predict, a floor no speed per multiply-add goes under.
+  std::printf("Every T (tiled), windows >= 64: worst time/pair ratio (fwd, bwd, fwd+bwd; goal <= 1.10), and its "
+              "floor mac/p\n");
   for (int T : Ts) {
-    double worst = 0;
-    bool flag = false;
-    std::string at;
+    const AttnBenchRow* worst = nullptr;
     for (const auto& r : rows) {
       if (r.T != T || r.path != "tiled" || r.window_set == "full") continue;
       if (*std::min_element(r.windows.begin(), r.windows.end()) < 64) continue;
-      if (r.time_ratio.median / r.pair_ratio > worst)
-        worst = r.time_ratio.median / r.pair_ratio, flag = r.time_ratio.flagged,
-        at = "D=" + std::to_string(r.D) + " " + r.window_set + " " + r.pass;
+      if (!worst || r.time_ratio.median / r.pair_ratio > worst->time_ratio.median / worst->pair_ratio) worst = &r;
     }
-    if (worst > 0) std::printf("  T=%-5d %.3f%s (%s)\n", T, worst, flag ? "!" : "", at.c_str());
+    if (worst)
+      std::printf("  T=%-5d %.3f%s (D=%d %s %s; mac/p %.3f)\n", T, worst->time_ratio.median / worst->pair_ratio,
+                  flag_mark(worst->time_ratio), worst->D, worst->window_set.c_str(), worst->pass.c_str(),
+                  worst->macs_over_pair_ratio);
   }
   std::printf("FLOPs counted: fwd 4*pairs*D, bwd 8*pairs*D (visible causal pairs only). Dense at T=4096: all window"
               " sets for D=64, full only for D=32/128; none at T=16384 (tiled D=64 only).\n");
