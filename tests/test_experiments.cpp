@@ -721,25 +721,28 @@ TEST(BenchMaps, SameMapTwiceIsOneAndAnEighthWindowFollowsItsPairs) {
   const json t = json::parse(c.out);
   ASSERT_EQ(t["regimes"].size(), 3u);
   EXPECT_EQ(t["regimes"][0]["regime"], "full");
+  // A figure the bench flags is not a result: its bounds are not checked.
   int checked = 0, flagged = 0;
+  auto within = [&](const json& fig, double lo, double hi) {
+    if (fig["flagged"].get<bool>()) {
+      flagged++;
+      return;
+    }
+    checked++;
+    EXPECT_GT(fig["median"].get<double>(), lo) << c.out;
+    EXPECT_LT(fig["median"].get<double>(), hi) << c.out;
+  };
   for (const auto& r : t["regimes"]) {
     if (r["regime"] == "full") continue;
-    const json &train_fig = r["train_ratio"], &eval_fig = r["eval_ratio"];
-    const double train = train_fig["median"].get<double>(), eval = eval_fig["median"].get<double>();
-    const bool train_ok = !train_fig["flagged"].get<bool>(), eval_ok = !eval_fig["flagged"].get<bool>();
-    checked += train_ok + eval_ok;
-    flagged += !train_ok + !eval_ok;
     if (r["regime"] == "grouping_off") {
       EXPECT_EQ(r["pair_ratio"].get<double>(), 1.0);
-      if (train_ok) EXPECT_GT(train, 0.8) << c.out;
-      if (train_ok) EXPECT_LT(train, 1.25) << c.out;
-      if (eval_ok) EXPECT_GT(eval, 0.8) << c.out;
-      if (eval_ok) EXPECT_LT(eval, 1.25) << c.out;
+      within(r["train_ratio"], 0.8, 1.25);
+      within(r["eval_ratio"], 0.8, 1.25);
     } else {
-      EXPECT_NEAR(r["pair_ratio"].get<double>(), fixed_window_pair_ratio(2048, 256), 1e-12);
-      if (train_ok) EXPECT_LT(train, 0.6) << c.out;
-      if (eval_ok) EXPECT_LT(eval, 0.6) << c.out;
-      if (eval_ok) EXPECT_GT(eval, 0.5 * fixed_window_pair_ratio(2048, 256)) << c.out;
+      const double pairs = fixed_window_pair_ratio(2048, 256);
+      EXPECT_NEAR(r["pair_ratio"].get<double>(), pairs, 1e-12);
+      within(r["train_ratio"], 0.0, 0.6);
+      within(r["eval_ratio"], 0.5 * pairs, 0.6);
     }
   }
   if (checked == 0) GTEST_SKIP() << "every ratio flagged by the bench (a busy machine): no bound checked\n" << c.out;
