@@ -133,19 +133,20 @@ bool cpu_avx512() {  // what OpenBLAS's SkylakeX kernels need
 
 std::string blas_coretype_fix_here() { return blas_coretype_fix(blas_corename(), cpu_avx2_fma(), cpu_avx512()); }
 
-std::string blas_coretype_note(const char* coretype, bool avx512) {
+std::string blas_coretype_note(const char* coretype, const std::string& corename, bool avx512) {
   if (!coretype || !*coretype || !avx512) return "";
   static const char* const kAvx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};  // 0.3.21's names
   for (const char* m : kAvx512)
-    if (strcasecmp(coretype, m) == 0) return "";
-  return str_cat("note: OPENBLAS_CORETYPE=", coretype, " makes OpenBLAS run narrower kernels than this CPU has ",
-                 "(it has AVX-512; OpenBLAS's AVX-512 kernels measured 1.6-1.8x faster at sgemm): matrix products and ",
-                 "any figure relative to them are slower than they could be. Unset it to let OpenBLAS choose.");
+    if (strcasecmp(corename.c_str(), m) == 0) return "";
+  return str_cat("note: OPENBLAS_CORETYPE=", coretype, " makes OpenBLAS run its ", corename,
+                 " kernels, narrower than this CPU's (it has AVX-512; OpenBLAS's AVX-512 kernels measured 1.6-1.8x ",
+                 "faster at sgemm): matrix products and any figure relative to them are slower than they could be. ",
+                 "Unset it to let OpenBLAS choose.");
 }
 
 std::string blas_coretype_note_here() {
   if (std::getenv("AAH_OPENBLAS_DETECTED")) return "";  // aah set the variable itself (main.cpp)
-  return blas_coretype_note(std::getenv("OPENBLAS_CORETYPE"), cpu_avx512());
+  return blas_coretype_note(std::getenv("OPENBLAS_CORETYPE"), blas_corename(), cpu_avx512());
 }
 
 }  // namespace aah

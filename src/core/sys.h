@@ -35,11 +35,12 @@ std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool a
 std::string blas_corename();  // openblas_get_corename(): the kernels OpenBLAS runs in this process
 // blas_coretype_fix for this process's OpenBLAS and CPU.
 std::string blas_coretype_fix_here();
-// A warning when OPENBLAS_CORETYPE (`coretype`, set by the user: aah's own fix never does this) names kernels
-// narrower than the CPU's: an AVX2 core such as Haswell on a CPU with AVX-512, where OpenBLAS's AVX-512 kernels
-// measured 1.6-1.8x faster (sgemm of 1024^3, 2 threads, AMD Zen 5: 187 GFLOP/s against 307-345). "" when there is
-// nothing to say. Benchmarks and `aah info` print it; aah never overrides a user's core type.
-std::string blas_coretype_note(const char* coretype, bool avx512);
+// A warning when the user's OPENBLAS_CORETYPE (`coretype`; aah's own fix never warns) has OpenBLAS run kernels
+// (`corename`, what it runs) narrower than the CPU's: an AVX2 core such as Haswell on a CPU with AVX-512, where
+// OpenBLAS's AVX-512 kernels measured 1.6-1.8x faster (sgemm of 1024^3, 2 threads, AMD Zen 5: 187 GFLOP/s against
+// 307-345). "" when there is nothing to say. Benchmarks and `aah info` print it; aah never overrides a user's core
+// type.
+std::string blas_coretype_note(const char* coretype, const std::string& corename, bool avx512);
 std::string blas_coretype_note_here();
 // The CPU as benchmarks name it: /proc/cpuinfo's model name, its core count and the widest vector ISA this
 // build runs ("AMD EPYC, 2 cores, AVX2/FMA"); "unknown CPU" when /proc/cpuinfo cannot be read.
