@@ -380,9 +380,7 @@ TEST(BlasCoretype, NoteWhenTheUsersCoreIsNarrowerThanTheCpu) {
   EXPECT_EQ(blas_coretype_note("", "Haswell", true), "");
   std::string out;
   ASSERT_EQ(process_run({"env", "OPENBLAS_CORETYPE=Haswell", AAH_BINARY, "info"}, {.output = &out}), 0) << out;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512cd");
+  const bool avx512 = cpu_avx512();
   EXPECT_EQ(out.find("note: OPENBLAS_CORETYPE=Haswell makes OpenBLAS run its Haswell kernels") != std::string::npos,
             avx512)
       << out;

@@ -122,14 +122,12 @@ std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool a
 
 std::string blas_corename() { return openblas_get_corename(); }
 
-namespace {
 bool cpu_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-bool cpu_avx512() {  // what OpenBLAS's SkylakeX kernels need
+bool cpu_avx512() {
   return cpu_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512cd");
 }
-}  // namespace
 
 std::string blas_coretype_fix_here() { return blas_coretype_fix(blas_corename(), cpu_avx2_fma(), cpu_avx512()); }
 

@@ -33,6 +33,8 @@ std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // OPENBLAS_CORETYPE is never overridden.
 std::string blas_coretype_fix(const std::string& corename, bool avx2_fma, bool avx512);
 std::string blas_corename();  // openblas_get_corename(): the kernels OpenBLAS runs in this process
+bool cpu_avx2_fma();  // this CPU runs AVX2 and FMA
+bool cpu_avx512();   // this CPU has AVX-512 F/BW/VL/DQ/CD (what OpenBLAS's SkylakeX kernels need)
 // blas_coretype_fix for this process's OpenBLAS and CPU.
 std::string blas_coretype_fix_here();
 // A warning when the user's OPENBLAS_CORETYPE (`coretype`; aah's own fix never warns) has OpenBLAS run kernels
