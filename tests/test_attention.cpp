@@ -380,6 +380,15 @@ TEST(AttnLocal, PairCountersAreExact) {
     EXPECT_LE(fast.fwd_pairs_computed, fast.fwd_tiles_visited * kTile * kTile);
     EXPECT_GE(fast.bwd_pairs_computed, want);
     EXPECT_GT(fast.macs, 0u);
+    // Every query tile of every head runs once (the forward takes them in runs of consecutive tiles): it visits the
+    // key tiles that intersect [q0 - W + 1, q0 + nq - 1].
+    uint64_t tiles = 0;
+    for (int h = 0; h < c.H; h++)
+      for (int q0 = 0; q0 < c.T; q0 += kTile) {
+        const int last = std::min(c.T, q0 + kTile) - 1;
+        tiles += uint64_t(c.B) * (last / kTile - std::max(0, q0 - c.window[h] + 1) / kTile + 1);
+      }
+    EXPECT_EQ(fast.fwd_tiles_visited, tiles) << c.name();
     // Counters accumulate.
     AttnCounters twice = fast;
     d.forward_fast(nullptr, &twice);

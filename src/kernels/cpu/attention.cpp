@@ -418,6 +418,26 @@ struct LocalCounts {
   uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
 };
 
+// The query-tile tasks of the forward (and of the per-tile backward's dQ pass), B * H heads x nqt tiles, grouped
+// into runs: a thread takes up to `len` consecutive query tiles of one head at a time, latest first. Consecutive
+// tiles share most of their key tiles, which the run then finds in cache (forward 0-19% faster, same bits; README
+// "Attention kernel"). Runs are taken latest first across heads, since under causal windows the latest tiles are the
+// longest tasks, and are shorter when there are few tasks per thread, to keep the threads balanced.
+struct QueryTileRuns {
+  int64_t heads;  // B * H
+  int nqt, len;
+  int64_t count;  // runs in all
+  QueryTileRuns(int64_t heads_, int nqt_, int nthreads)
+      : heads(heads_), nqt(nqt_), len((int)std::clamp<int64_t>(heads_ * nqt_ / (16 * (int64_t)nthreads), 1, 8)),
+        count(heads_ * ((nqt_ + len - 1) / len)) {}
+  // Run u: head bh (b * H + h) and its query tiles qt_hi down to qt_lo.
+  void get(int64_t u, int& bh, int& qt_hi, int& qt_lo) const {
+    bh = (int)(u % heads);
+    qt_hi = nqt - 1 - (int)(u / heads) * len;
+    qt_lo = std::max(0, qt_hi - len + 1);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------------------------
 // Forward.
 
@@ -801,19 +821,20 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   attn_prepare_scratch(s, D, nthreads);
   const int64_t ntasks = (int64_t)B * H * a.nqt;
   if (want_diag) grow(s.diag, (size_t)ntasks * 3);
+  const QueryTileRuns runs((int64_t)B * H, a.nqt, nthreads);
   uint64_t computed = 0, visited = 0, skipped = 0, macs = 0;
 
-#pragma omp parallel if (ntasks > 1) reduction(+ : computed, visited, skipped, macs)
+#pragma omp parallel if (runs.count > 1) reduction(+ : computed, visited, skipped, macs)
   {
     TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
     LocalCounts cnt;
-    // Latest query tiles first: under causal windows they are the longest tasks.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < ntasks; t++) {
-      const int qt = a.nqt - 1 - (int)(t / ((int64_t)B * H));
-      const int bh = (int)(t % ((int64_t)B * H)), b = bh / H, h = bh % H;
-      attn_forward_task(a, out, lse, b, h, qt, ts, want_diag,
-                        want_diag ? s.diag.data + ((int64_t)bh * a.nqt + qt) * 3 : nullptr, cnt);
+    for (int64_t u = 0; u < runs.count; u++) {
+      int bh, qt_hi, qt_lo;
+      runs.get(u, bh, qt_hi, qt_lo);
+      for (int qt = qt_hi; qt >= qt_lo; qt--)
+        attn_forward_task(a, out, lse, bh / H, bh % H, qt, ts, want_diag,
+                          want_diag ? s.diag.data + ((int64_t)bh * a.nqt + qt) * 3 : nullptr, cnt);
     }
     computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
   }
@@ -910,7 +931,8 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
       computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
     }
   } else {
-    const int64_t n1 = (int64_t)nkv * a.nkt, n2 = (int64_t)B * H * a.nqt;
+    const int64_t n1 = (int64_t)nkv * a.nkt;
+    const QueryTileRuns runs2((int64_t)B * H, a.nqt, nthreads);
 #pragma omp parallel if (n1 > 1) reduction(+ : computed, visited, skipped, macs)
     {
       TileScratch ts(s.thread_tiles(omp_get_thread_num()), D);
@@ -930,18 +952,21 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
           }
         }
       }
-      // Pass 2: dQ of query tile qt of head h, key tiles ascending.
+      // Pass 2: dQ of query tile qt of head h, key tiles ascending; query tiles in runs, as the forward's.
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t t = 0; t < n2; t++) {
-        const int qt = a.nqt - 1 - (int)(t / ((int64_t)B * H));
-        const int bh = (int)(t % ((int64_t)B * H)), b = bh / H, h = bh % H;
-        const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
-        attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
-        int lo, hi;
-        attn_key_tiles(q0, nq, window[h], lo, hi);
-        for (int kt = lo; kt <= hi; kt++)
-          attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, false, true, kt == lo, cnt);
-        cnt.skipped += lo;
+      for (int64_t u = 0; u < runs2.count; u++) {
+        int bh, qt_hi, qt_lo;
+        runs2.get(u, bh, qt_hi, qt_lo);
+        const int b = bh / H, h = bh % H;
+        for (int qt = qt_hi; qt >= qt_lo; qt--) {
+          const int q0 = qt * kBQ, nq = std::min(kBQ, T - q0);
+          attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
+          int lo, hi;
+          attn_key_tiles(q0, nq, window[h], lo, hi);
+          for (int kt = lo; kt <= hi; kt++)
+            attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, false, true, kt == lo, cnt);
+          cnt.skipped += lo;
+        }
       }
       computed += cnt.computed, visited += cnt.visited, skipped += cnt.skipped, macs += cnt.macs;
     }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Two versions of the attention kernel side by side, on the same windows: the kernel of git revision REV (its
+# src/kernels and src/core) against the working tree's, both compiled into bench/attention_excess/driver.cpp (in
+# namespaces aahx and aahy) and run in alternating rounds in one process, so that both see the same machine state.
+# Prints, per pass, REV's time per pair over the working tree's (above 1: the working tree is faster), the median of
+# --rounds per-round ratios.
+#   bash bench/attention_excess/compare.sh REV [--context 4096] [--head-dim 32] [--window 512] [--rounds 20]
+#                                              [--threads 2] [--march native]
+# Needs git and g++; about 30 s. Builds into build/attention_compare/. The two kernels must have the same entry
+# points (kernels/ops.h's attn_local_forward and attn_local_backward).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+case "${1:-}" in
+  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+  ""|-*) sed -n '2,10p' "$0" >&2; exit 2 ;;
+esac
+rev="$1"; shift
+T=4096 D=32 W=512 rounds=20 threads=2 march=native
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --context) T="$2"; shift 2 ;;
+    --head-dim) D="$2"; shift 2 ;;
+    --window) W="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --march) march="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "compare.sh: no such revision: $rev" >&2; exit 2; }
+dir=build/attention_compare
+rm -rf "$dir/old" && mkdir -p "$dir/old"
+git archive "$rev" src/kernels src/core | tar -x -C "$dir/old"
+flags="-O3 -DNDEBUG -march=$march -fopenmp -std=gnu++20"
+c++ $flags -I"$dir/old/src" -Daah=aahx -c "$dir/old/src/kernels/cpu/attention.cpp" -o "$dir/attention_old.o"
+c++ $flags -Isrc -Daah=aahy -c src/kernels/cpu/attention.cpp -o "$dir/attention_new.o"
+c++ $flags bench/attention_excess/driver.cpp "$dir/attention_old.o" "$dir/attention_new.o" -o "$dir/driver"
+echo "attention kernel at $rev over the working tree's, time per pair, T=$T D=$D W=$W, $threads thread(s):"
+for pass in f b; do
+  r=$(OMP_NUM_THREADS=$threads "$dir/driver" "$T" "$D" "$W" "$rounds" "$pass" "$W" | head -1 | awk '{print $NF}')
+  echo "  $([ $pass = f ] && echo forward || echo backward)  $r"
+done
