@@ -16,18 +16,8 @@ case "${1:-}" in
 esac
 rev="$1"; shift
 T=4096 D=32 W=512 rounds=20 threads=2 march=native
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --context) T="$2"; shift 2 ;;
-    --head-dim) D="$2"; shift 2 ;;
-    --window) W="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --march) march="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+help_end=10
+source bench/attention_excess/options.sh
 git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "compare.sh: no such revision: $rev" >&2; exit 2; }
 dir=build/attention_compare
 rm -rf "$dir/old" && mkdir -p "$dir/old"

@@ -15,18 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=1024 D=32 W=128 rounds=40 threads=1 march=native
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --context) T="$2"; shift 2 ;;
-    --head-dim) D="$2"; shift 2 ;;
-    --window) W="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --march) march="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
+help_end=14
+source bench/attention_excess/options.sh
 command -v perf > /dev/null || { echo "run.sh: needs perf (apt-get install linux-perf)" >&2; exit 1; }
 dir=build/attention_excess
 mkdir -p "$dir"
