@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
   std::printf("%s T=%d D=%d W=%d: time per pair against %s W=%d, median of %d rounds: %.3f\n",
               fwd ? "forward" : "backward", T, D, W, WF == T ? "full windows," : "the second copy at", WF, rounds,
               median(ratio));
-  // for the attribution: pairs run on each side per round
-  std::printf("pairs per round: small %.6g full %.6g\n", reps_small * pairs(W), reps_full * pairs(WF));
+  // for the attribution (parts.py): pairs each side ran in this process, with the forward that made O and lse
+  // (its samples count in a forward profile; the backward's leaves forward symbols out)
+  std::printf("pairs run: small %.6g full %.6g\n", rounds * reps_small * pairs(W),
+              (rounds * reps_full + (fwd ? 1 : 0)) * pairs(WF));
 }

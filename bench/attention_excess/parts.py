@@ -1,6 +1,6 @@
 """Splits `perf report --sort sym --stdio` (stdin) of bench/attention_excess/driver by kernel copy and by part.
 
-Arguments: the driver's last line ("pairs per round: small N full M"), T, W and the pass (f or b). Prints per part
+Arguments: the driver's last line ("pairs run: small N full M"), T, W and the pass (f or b). Prints per part
 the small window's time per pair over full windows' (namespace aahx over aahy), and its excess in percent of full's
 time per pair. The backward's driver runs one forward first (for O and lse): forward-only symbols are left out.
 """
@@ -30,7 +30,10 @@ for line in sys.stdin:
     if not hit:
         continue
     pct, sym = float(hit.group(1)), hit.group(2)
-    if backward and ("logf" in sym or "softmax" in sym or "forward" in sym or "ColMax" in sym):
+    # the forward-only symbols: the softmax, the log, the forward's task, its score and PV (mode 2, kScaleAdd) products
+    forward_only = "logf" in sym or "softmax" in sym or "forward" in sym or "ColMax" in sym or re.search(
+        r"tile_gemm\w*<(\w+::cpu::Vec\d+, \d+, \d+, )?2,", sym)
+    if backward and forward_only:
         continue
     if "logf" in sym:  # libm, called by both copies once per query row
         log += pct
