@@ -9,10 +9,11 @@
 # Needs git and g++; about 30 s. Builds into build/attention_compare/. The two kernels must have the same entry
 # points (kernels/ops.h's attn_local_forward and attn_local_backward).
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # the help reads it after the cd
 cd "$(dirname "$0")/../.."
 case "${1:-}" in
-  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-  ""|-*) sed -n '2,10p' "$0" >&2; exit 2 ;;
+  -h|--help) sed -n '2,10p' "$self"; exit 0 ;;
+  ""|-*) sed -n '2,10p' "$self" >&2; exit 2 ;;
 esac
 rev="$1"; shift
 T=4096 D=32 W=512 rounds=20 threads=2 march=native

@@ -13,6 +13,7 @@
 # there ("forward task, inlined parts": the PV product with AVX-512; with AVX2 also the softmax and the interior
 # tiles' score products). Compare the forward's parts between runs of one build; the backward's are separate in both.
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # the help reads it after the cd
 cd "$(dirname "$0")/../.."
 T=1024 D=32 W=128 rounds=40 threads=1 march=native
 help_end=14
