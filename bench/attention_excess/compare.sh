@@ -3,7 +3,8 @@
 # src/kernels and src/core) against the working tree's, both compiled into bench/attention_excess/driver.cpp (in
 # namespaces aahx and aahy) and run in alternating rounds in one process, so that both see the same machine state.
 # Prints, per pass, REV's time per pair over the working tree's (above 1: the working tree is faster), the median of
-# --rounds per-round ratios.
+# --rounds per-round ratios. --window takes one window for all 8 heads or 8 comma-separated ones, e.g. the paper's
+# mix at T = 4096: 512,512,512,512,1024,1024,2048,4096 (unequal windows run the backward's per-tile schedule).
 #   bash bench/attention_excess/compare.sh REV [--context 4096] [--head-dim 32] [--window 512] [--rounds 20]
 #                                              [--threads 2] [--march native]
 # Needs git and g++; about 30 s. Builds into build/attention_compare/. The two kernels must have the same entry
@@ -12,12 +13,12 @@ set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # the help reads it after the cd
 cd "$(dirname "$0")/../.."
 case "${1:-}" in
-  -h|--help) sed -n '2,10p' "$self"; exit 0 ;;
-  ""|-*) sed -n '2,10p' "$self" >&2; exit 2 ;;
+  -h|--help) sed -n '2,12p' "$self"; exit 0 ;;
+  ""|-*) sed -n '2,12p' "$self" >&2; exit 2 ;;
 esac
 rev="$1"; shift
 T=4096 D=32 W=512 rounds=20 threads=2 march=native
-help_end=10
+help_end=12
 source bench/attention_excess/options.sh
 git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "compare.sh: no such revision: $rev" >&2; exit 2; }
 dir=build/attention_compare

@@ -4,11 +4,14 @@
 // Prints the median per-round time-per-pair ratio (the t/p of `aah bench attention`). With WF, aahy runs windows WF
 // instead of full ones: compare.sh runs two versions of the kernel on the same windows this way.
 //   driver T D W ROUNDS f|b [WF]      (B = 1, H = Hkv = 8, the threads OpenMP gives)
+// W and WF are one window for every head, or 8 comma-separated ones (one per head: unequal windows take the
+// backward's per-tile schedule).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 // The two copies' entry points (kernels/ops.h, in their namespaces).
@@ -39,11 +42,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s T D W ROUNDS f|b [WF]\n", argv[0]);
     return 2;
   }
-  const int B = 1, H = 8, T = std::atoi(argv[1]), D = std::atoi(argv[2]), W = std::atoi(argv[3]);
-  const int rounds = std::atoi(argv[4]), WF = argc == 7 ? std::atoi(argv[6]) : T;
+  const int B = 1, H = 8, T = std::atoi(argv[1]), D = std::atoi(argv[2]);
+  const int rounds = std::atoi(argv[4]);
   const bool fwd = argv[5][0] == 'f';
-  if (T < 64 || D < 8 || W < 1 || W > T || WF < 1 || WF > T || rounds < 1) {
-    std::fprintf(stderr, "need T >= 64, D >= 8, 1 <= W, WF <= T, ROUNDS >= 1\n");
+  // "w" or "w0,w1,...,w7": the windows of the 8 heads; empty when malformed
+  auto parse_windows = [&](const char* text) {
+    std::vector<int> w;
+    for (const char* p = text; *p;) {
+      char* end;
+      const long x = std::strtol(p, &end, 10);
+      if (end == p || x < 1 || x > T || (*end && *end != ',')) return std::vector<int>{};
+      w.push_back((int)x);
+      p = *end ? end + 1 : end;
+    }
+    if (w.size() == 1) w.assign(H, w[0]);
+    return w.size() == size_t(H) ? w : std::vector<int>{};
+  };
+  const std::string full_text = argc == 7 ? argv[6] : std::to_string(T);
+  const std::vector<int> small = parse_windows(argv[3]), full = parse_windows(full_text.c_str());
+  if (T < 64 || D < 8 || small.empty() || full.empty() || rounds < 1) {
+    std::fprintf(stderr, "need T >= 64, D >= 8, windows W and WF in 1..T (one, or 8 comma-separated), ROUNDS >= 1\n");
     return 2;
   }
   const size_t n = size_t(B) * H * T * D;
@@ -52,7 +70,6 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0, 1);
   for (auto* x : {&q, &k, &v, &dout})
     for (auto& e : *x) e = normal(gen);
-  const std::vector<int> small(H, W), full(H, WF);
   // one call of a copy's forward (as_forward) or backward with the windows `win`
   auto call = [&](auto forward, auto backward, const std::vector<int>& win, bool as_forward) {
     if (as_forward)
@@ -64,10 +81,14 @@ int main(int argc, char** argv) {
   auto run_small = [&] { call(aahx::cpu::attn_local_forward, aahx::cpu::attn_local_backward, small, fwd); };
   auto run_full = [&] { call(aahy::cpu::attn_local_forward, aahy::cpu::attn_local_backward, full, fwd); };
   call(aahy::cpu::attn_local_forward, aahy::cpu::attn_local_backward, full, true);  // O and lse for the backward
-  auto pairs = [&](double w) { return H * (w * T - w * (w - 1) / 2); };
-  // about as much work on both sides per round: the small window repeats full's pairs / its pairs times
-  const int reps_full = std::max(1, int(2e8 / (pairs(WF) * D)));
-  const int reps_small = std::max(1, int(reps_full * pairs(WF) / pairs(W)));
+  auto pairs = [&](const std::vector<int>& win) {
+    double n = 0;
+    for (double w : win) n += w * T - w * (w - 1) / 2;
+    return n;
+  };
+  // about as much work on both sides per round: the small windows repeat full's pairs / their pairs times
+  const int reps_full = std::max(1, int(2e8 / (pairs(full) * D)));
+  const int reps_small = std::max(1, int(reps_full * pairs(full) / pairs(small)));
   std::vector<double> ratio;
   for (int r = 0; r < rounds; r++) {
     const double t0 = now();
@@ -75,13 +96,13 @@ int main(int argc, char** argv) {
     const double t1 = now();
     for (int i = 0; i < reps_full; i++) run_full();
     const double t2 = now();
-    ratio.push_back(((t1 - t0) / (reps_small * pairs(W))) / ((t2 - t1) / (reps_full * pairs(WF))));
+    ratio.push_back(((t1 - t0) / (reps_small * pairs(small))) / ((t2 - t1) / (reps_full * pairs(full))));
   }
-  std::printf("%s T=%d D=%d W=%d: time per pair against %s W=%d, median of %d rounds: %.3f\n",
-              fwd ? "forward" : "backward", T, D, W, WF == T ? "full windows," : "the second copy at", WF, rounds,
-              median(ratio));
+  std::printf("%s T=%d D=%d W=%s: time per pair against %s W=%s, median of %d rounds: %.3f\n",
+              fwd ? "forward" : "backward", T, D, argv[3], full == std::vector<int>(H, T) ? "full windows," :
+              "the second copy at", full_text.c_str(), rounds, median(ratio));
   // for the attribution (parts.py): pairs each side ran in this process, with the forward that made O and lse
   // (its samples count in a forward profile; the backward's leaves forward symbols out)
-  std::printf("pairs run: small %.6g full %.6g\n", rounds * reps_small * pairs(W),
-              (rounds * reps_full + (fwd ? 1 : 0)) * pairs(WF));
+  std::printf("pairs run: small %.6g full %.6g\n", rounds * reps_small * pairs(small),
+              (rounds * reps_full + (fwd ? 1 : 0)) * pairs(full));
 }
