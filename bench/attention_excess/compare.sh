@@ -13,12 +13,12 @@ set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"  # the help reads it after the cd
 cd "$(dirname "$0")/../.."
 case "${1:-}" in
-  -h|--help) sed -n '2,12p' "$self"; exit 0 ;;
-  ""|-*) sed -n '2,12p' "$self" >&2; exit 2 ;;
+  -h|--help) sed -n '2,11p' "$self"; exit 0 ;;
+  ""|-*) sed -n '2,11p' "$self" >&2; exit 2 ;;
 esac
 rev="$1"; shift
 T=4096 D=32 W=512 rounds=20 threads=2 march=native
-help_end=12
+help_end=11
 source bench/attention_excess/options.sh
 git rev-parse --verify --quiet "$rev^{commit}" > /dev/null || { echo "compare.sh: no such revision: $rev" >&2; exit 2; }
 dir=build/attention_compare
