@@ -606,14 +606,15 @@ AttnArgs attn_args(const float* q, const float* k, const float* v, const int* wi
 }
 
 // Prefetches into L1 of what the next task of a thread reads first from memory (the next query tile's Q rows, the
-// key tile it adds, ...), spread over this task's key-tile visits so that they overlap its arithmetic. With small
-// windows a task does little arithmetic per row, and these rows, cold otherwise, cost about as much (T = 4096,
-// W = 64: forward 7-17%, backward 3-14% faster; README "Attention kernel"). No effect on the results.
+// key tile it adds, ...), spread over this task's key-tile visits so that they overlap its arithmetic: the forward
+// and the per-head backward (T = 4096, D >= 64, W = 64: 4-12% faster; the per-tile backward's passes measured alike
+// with and without; README "Attention kernel"). No effect on the results.
 class AttnPrefetch {
  public:
   // rows [row, row + n) of a (.., D) array
   void add(const float* base, int64_t row, int64_t n, int D) {
     if (n <= 0) return;
+    AAH_CHECK(n_ < kRegions, "AttnPrefetch: more than ", kRegions, " regions");
     start_[n_] = (const char*)(base + row * D), lines_[n_] = (n * D * (int64_t)sizeof(float) + kLine - 1) / kLine;
     total_ += lines_[n_++];
   }
@@ -626,9 +627,9 @@ class AttnPrefetch {
   }
 
  private:
-  static constexpr int kLine = 64;  // bytes
-  const char* start_[4] = {};
-  int64_t lines_[4] = {};
+  static constexpr int kLine = 64, kRegions = 4;  // bytes per cache line; regions at most
+  const char* start_[kRegions] = {};
+  int64_t lines_[kRegions] = {};
   int n_ = 0, r_ = 0;                          // regions added; the region of line done_
   int64_t total_ = 0, done_ = 0, before_ = 0;  // lines in all, issued, and in the regions before r_
 };
@@ -1002,13 +1003,6 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
           attn_query_tiles(k0, nk, window[h], T, lo, hi);
           for (int qt = lo; qt <= hi; qt++) {
             attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
-            AttnPrefetch next;  // the next query tile's rows
-            if (qt < hi) {
-              const int64_t r1 = attn_row(b, h, (qt + 1) * kBQ, H, T), n1 = std::min(kBQ, T - (qt + 1) * kBQ);
-              next.add(q, r1, n1, D);
-              next.add(dout, r1, n1, D);
-              next.issue(0, 1);
-            }
             attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, h == hk * a.group && qt == lo, false, false,
                           cnt);
           }
@@ -1025,21 +1019,8 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
           attn_bwd_load_qtile(a, dout, lse, delta, b, h, qt, ts);
           int lo, hi;
           attn_key_tiles(q0, nq, window[h], lo, hi);
-          AttnPrefetch next;  // as the forward's: the next query tile's rows and the key tile it adds
-          if (qt > qt_lo) {
-            next.add(q, attn_row(b, h, q0 - kBQ, H, T), kBQ, D);
-            next.add(dout, attn_row(b, h, q0 - kBQ, H, T), kBQ, D);
-            int next_lo, next_hi;
-            attn_key_tiles(q0 - kBQ, kBQ, window[h], next_lo, next_hi);
-            if (next_lo < lo) {
-              next.add(k, attn_row(b, h / a.group, next_lo * kBK, Hkv, T), kBK, D);
-              next.add(v, attn_row(b, h / a.group, next_lo * kBK, Hkv, T), kBK, D);
-            }
-          }
-          for (int kt = lo; kt <= hi; kt++) {
-            next.issue(kt - lo, hi - lo + 1);
+          for (int kt = lo; kt <= hi; kt++)
             attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, false, false, true, kt == lo, cnt);
-          }
           cnt.skipped += lo;
         }
       }
