@@ -7,17 +7,7 @@
 #   bash scripts/golden_avx512.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for flag in avx512f avx512bw avx512vl avx512dq avx512cd; do
-  if ! grep -qw "$flag" /proc/cpuinfo; then
-    echo "[golden_avx512] skipped: this CPU lacks $flag (the AVX-512 digests need an AVX-512 build)"
-    exit 0
-  fi
-done
+source scripts/golden_lib.sh
+golden_need golden_avx512 "which the AVX-512 digests need (an AVX-512 build)" avx512f avx512bw avx512vl avx512dq avx512cd
 [ -x build/release/aah_tests ] || { echo "[golden_avx512] build/release/aah_tests not found: run scripts/test.sh first" >&2; exit 1; }
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-OPENBLAS_CORETYPE=SkylakeX build/release/aah_tests --gtest_filter='Golden.*' | tee "$log"
-if grep -q '^\[  SKIPPED \]' "$log"; then
-  echo "[golden_avx512] the golden test skipped: expected tests/golden/avx512-gcc12-openblas-SkylakeX.json to be used" >&2
-  exit 1
-fi
+golden_check golden_avx512 SkylakeX build/release/aah_tests avx512-gcc12-openblas-SkylakeX

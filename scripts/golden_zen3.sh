@@ -13,19 +13,9 @@ case "${1:-check}" in
   record) export AAH_GOLDEN_RECORD=1 ;;
   *) echo "usage: bash scripts/golden_zen3.sh [check|record]" >&2; exit 2 ;;
 esac
-for flag in avx2 fma bmi2; do
-  if ! grep -qw "$flag" /proc/cpuinfo; then
-    echo "[golden_zen3] skipped: this CPU lacks $flag, which -march=znver3 code needs"
-    exit 0
-  fi
-done
+source scripts/golden_lib.sh
+golden_need golden_zen3 "which -march=znver3 code needs" avx2 fma bmi2
 bash scripts/setup.sh >/dev/null
 cmake --preset zen3 >/dev/null
 cmake --build --preset zen3
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-OPENBLAS_CORETYPE=Zen build/zen3/aah_golden_tests | tee "$log"
-if grep -q '^\[  SKIPPED \]' "$log"; then  # no digests for the key this build computed: nothing was checked
-  echo "[golden_zen3] the golden test skipped: expected tests/golden/avx2-gcc12-openblas-Zen.json to be used" >&2
-  exit 1
-fi
+golden_check golden_zen3 Zen build/zen3/aah_golden_tests avx2-gcc12-openblas-Zen

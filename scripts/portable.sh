@@ -11,16 +11,6 @@ bash scripts/setup.sh >/dev/null
 cmake --preset portable >/dev/null
 cmake --build --preset portable
 ctest --preset portable -j "$(nproc)"
-for flag in avx2 fma; do
-  if ! grep -qw "$flag" /proc/cpuinfo; then
-    echo "[portable] golden digests skipped: this CPU lacks $flag, which OpenBLAS's Haswell kernels need"
-    exit 0
-  fi
-done
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-OPENBLAS_CORETYPE=Haswell build/portable/aah_tests --gtest_filter='Golden.*' | tee "$log"
-if grep -q '^\[  SKIPPED \]' "$log"; then  # no digests for the key this build computed: nothing was checked
-  echo "[portable] the golden test skipped: expected tests/golden/generic-gcc12-openblas-Haswell.json to be used" >&2
-  exit 1
-fi
+source scripts/golden_lib.sh
+golden_need portable "which OpenBLAS's Haswell kernels (the golden digests) need" avx2 fma
+golden_check portable Haswell build/portable/aah_tests generic-gcc12-openblas-Haswell

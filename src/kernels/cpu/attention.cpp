@@ -651,7 +651,7 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
   int kt_lo, kt_hi;
   attn_key_tiles(q0, nq, W, kt_lo, kt_hi);
   AttnPrefetch next;  // the next tile's Q rows and the key tile it adds (its outputs: no difference measured)
-  if (prefetch_next && qt > 0) {
+  if (prefetch_next) {  // qt > qt_lo >= 0
     next.add(a.q, attn_row(b, h, q0 - kBQ, a.H, T), kBQ, D);
     int next_lo, next_hi;
     attn_key_tiles(q0 - kBQ, kBQ, W, next_lo, next_hi);
