@@ -270,21 +270,22 @@ TEST(BenchWindows, PaperAdaptiveMix) {
 }
 
 
-// `aah bench attention` on a small case (--context 128 --head-dim 16 --no-dense, 2 rounds): one JSON row per
-// (window set, pass), the exact pair ratios of the windows, full's own ratios 1, and the executed work at least
-// the useful work (mac/p >= 1) but within the boundary tiles' partial blocks (at most 2x here).
+// `aah bench attention` on a small case (--context 128 --head-dim 16 --no-dense --window 32,256, 2 rounds): one
+// JSON row per (window set, pass), the exact pair ratios of the windows, full's own ratios 1, and the executed work
+// at least the useful work (mac/p >= 1) but within the boundary tiles' partial blocks (at most 2x here). W = 256 is
+// over T: no rows.
 TEST(BenchAttention, SmallCaseRowsPairRatiosAndWork) {
   BenchOptions o;
   o.json = true;
   o.measure.warmup_rounds = 0, o.measure.rounds_min = 2, o.measure.rounds_max = 2, o.measure.budget_s = 0.01;
   testing::internal::CaptureStdout();
-  ASSERT_EQ(bench_attention(o, {128}, {16}, /*dense=*/false), 0);
+  ASSERT_EQ(bench_attention(o, {128}, {16}, /*dense=*/false, {32, 256}), 0);
   const std::string out = testing::internal::GetCapturedStdout();
   std::vector<nlohmann::json> rows;
   size_t at = 0;
   for (size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1)
     rows.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
-  ASSERT_EQ(rows.size(), 9u) << out;  // {full, T/8, adaptive} x {fwd, bwd, fwd+bwd}, tiled only
+  ASSERT_EQ(rows.size(), 12u) << out;  // {full, T/8, adaptive, W=32} x {fwd, bwd, fwd+bwd}, tiled only
   const double full_pairs = 128.0 * 129 / 2;  // 8256 per head
   for (const auto& r : rows) {
     EXPECT_EQ(r["T"], 128);
@@ -298,7 +299,13 @@ TEST(BenchAttention, SmallCaseRowsPairRatiosAndWork) {
     } else {
       // T/8: W = 16 on every head, 16 * 17 / 2 + 112 * 16 = 1928 pairs; adaptive [16 x4, 32 x2, 64, 128].
       const double w16 = 1928, w32 = 32 * 33 / 2 + 96 * 32, w64 = 64 * 65 / 2 + 64 * 64;
-      const double want = set == "T/8" ? w16 / full_pairs : (4 * w16 + 2 * w32 + w64 + full_pairs) / (8 * full_pairs);
+      const double want = set == "T/8"    ? w16 / full_pairs
+                          : set == "W=32" ? w32 / full_pairs
+                                          : (4 * w16 + 2 * w32 + w64 + full_pairs) / (8 * full_pairs);
+      EXPECT_TRUE(set == "T/8" || set == "W=32" || set == "adaptive") << set;
+      if (set == "W=32") {
+        EXPECT_EQ(r["windows"], std::vector<int>(8, 32));
+      }
       EXPECT_NEAR(r["pair_ratio"].get<double>(), want, 1e-12) << set;
       EXPECT_EQ(double(attn_visible_pairs(128, 16)), w16);
       EXPECT_GE(r["macs_over_pair_ratio"].get<double>(), 1.0) << set << " " << r["pass"];

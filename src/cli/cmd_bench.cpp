@@ -114,7 +114,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
 #ifdef AAH_HAVE_BENCH_ATTENTION
   auto* at = bench->add_subcommand("attention", "Windowed attention kernel vs full windows and the dense path");
   add_measure_flags(at, opts);
-  static std::vector<int> attn_contexts, attn_dims;
+  static std::vector<int> attn_contexts, attn_dims, attn_windows;
   static bool attn_no_dense = false;
   static double attn_min_sample = 0.05;
   at->add_option("--context", attn_contexts, "Contexts T to time, e.g. 1024,4096 (default 1024,4096,16384)")
@@ -124,6 +124,11 @@ void add_bench_commands(CLI::App& app, int& rc) {
                  "Head dims D to time, e.g. 64 (default 32,64,128; T > 4096 runs D = 64 only unless this is given)")
       ->delimiter(',')
       ->check(CLI::Range(8, 512));
+  at->add_option("--window", attn_windows,
+                 "Also time window sets with every head at W (tiled path, each T >= W), e.g. 64,128,256: the goal "
+                 "t/p <= 1.10 covers every W >= 64, the default sets only T/8 and up")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 17));
   at->add_flag("--no-dense", attn_no_dense, "Skip the dense-masked path (the tiled kernel's windows only)");
   at->add_option("--min-sample", attn_min_sample,
                  "Seconds one sample lasts at least: a shorter kernel call repeats back to back within it (the "
@@ -133,7 +138,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   at->callback([&rc] {
     opts.measure.min_sample_s = attn_min_sample;
     if (attn_min_sample > 0) opts.measure.warmup_rounds = std::max(opts.measure.warmup_rounds, 1);
-    rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense);
+    rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense, attn_windows);
   });
 #endif
 }
