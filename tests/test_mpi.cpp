@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "controller/features.h"
+#include "helpers.h"
 #include "dist/comm.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -89,26 +90,12 @@ int sh(const std::string& cmd) {
 }
 
 Config tiny_config(const std::string& regime) {
-  Config c;
-  ModelConfig& m = c.model;
-  m.hidden_size = 64;
-  m.intermediate_size = 128;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 128;
+  Config c = test::tiny_train_config();
   TrainConfig& t = c.train;
   t.steps = 12;
-  t.batch_size = 4;
-  t.context = 64;
-  t.grad_accum = 2;
-  t.lr = 3e-3;
-  t.min_lr = 3e-4;
   t.warmup_steps = 3;
   t.log_interval = 1;
   t.eval_interval = 6;
-  t.eval_windows = 8;
   // AdamW divides by sqrt(v) + eps: with the default eps (1e-8) a gradient element that nearly cancels to zero
   // gets a full-size step whose sign is float rounding, and the weights of two runs that sum the same gradient in
   // a different order (two ranks' halves, or one process with other micro-batches) then differ by up to ~1e-4
@@ -120,21 +107,7 @@ Config tiny_config(const std::string& regime) {
   return c;
 }
 
-const std::string& data_dir() {
-  static std::string dir;
-  if (dir.empty()) {
-    dir = temp_dir();
-    SynthOptions so;
-    so.tokens = 60000;
-    so.vocab_size = 128;
-    so.doc_tokens = 512;
-    so.keys = 16;
-    so.min_distance = 16;
-    so.max_distance = 200;
-    synth_write(dir, so);
-  }
-  return dir;
-}
+const std::string& data_dir() { return test::tiny_synth_dir(); }
 
 // aah train with `np` processes (0: no mpirun) into `out`; extra arguments appended. Returns the exit code.
 int train(int np, const Config& cfg, const std::string& out, const std::string& extra = "") {

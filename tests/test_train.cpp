@@ -26,44 +26,16 @@ std::string temp_dir() {
 }
 
 Config tiny_config() {
-  Config c;
-  ModelConfig& m = c.model;
-  m.hidden_size = 64;
-  m.intermediate_size = 128;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 128;
+  Config c = test::tiny_train_config();
   TrainConfig& t = c.train;
   t.steps = 40;
-  t.batch_size = 4;
-  t.context = 64;
-  t.grad_accum = 2;
-  t.lr = 3e-3;
-  t.min_lr = 3e-4;
   t.warmup_steps = 5;
   t.log_interval = 5;
   t.eval_interval = 20;
-  t.eval_windows = 8;
   return c;
 }
 
-std::string make_data() {
-  static std::string dir;
-  if (dir.empty()) {
-    dir = temp_dir();
-    SynthOptions so;
-    so.tokens = 60000;
-    so.vocab_size = 128;
-    so.doc_tokens = 512;
-    so.keys = 16;
-    so.min_distance = 16;
-    so.max_distance = 200;
-    synth_write(dir, so);
-  }
-  return dir;
-}
+const std::string& make_data() { return test::tiny_synth_dir(); }
 
 std::vector<nlohmann::json> read_metrics(const std::string& run) {
   std::vector<nlohmann::json> out;

@@ -108,7 +108,8 @@ struct Ran {
 // Runs the aah binary with `args`; stdout and stderr apart.
 Ran run_aah(const TempDir& d, const std::vector<std::string>& args) {
   std::string cmd = sh_quote(AAH_BINARY);
-  for (auto& a : args) cmd += " " + sh_quote(a);
+  // appended piece by piece: `" " + std::string` trips GCC 12's -Wrestrict false positive
+  for (auto& a : args) cmd.append(" ").append(sh_quote(a));
   cmd += " >" + sh_quote(d.path + "/stdout") + " 2>" + sh_quote(d.path + "/stderr");
   const int st = std::system(cmd.c_str());
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, read_file(d.path + "/stdout"), read_file(d.path + "/stderr")};
