@@ -291,7 +291,8 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                   worst->macs_over_pair_ratio);
   }
   if (windows.empty())
-    std::printf("Smaller windows (the goal covers every W >= 64): --window 64,128,256 adds sets with every head at W.\n");
+    std::printf("Smaller windows (the goal covers every W >= 64): --window 64,128,256 adds sets with every head "
+                "at W.\n");
   std::printf("FLOPs counted: fwd 4*pairs*D, bwd 8*pairs*D (visible causal pairs only). Dense at T=4096: all window"
               " sets for D=64, full only for D=32/128; none at T=16384 (tiled D=64 only).\n");
   if (any_flag) print_flag_note(o.measure.spread);

@@ -394,7 +394,7 @@ size_t attn_tile_floats(int D) {
 // Each thread's scratch takes whole 4 KB pages and keeps 16 KB from the next thread's. Packed back to back, the
 // two-thread kernel ran 1-15% slower (most at small D and small windows; one thread alike): one core's writes near
 // the end of its scratch and the other's near the start of its own probably fight over cache lines that the
-// hardware prefetchers pull across the border (README "Attention kernel").
+// hardware prefetchers pull across the border (docs/attention-kernel.md).
 constexpr size_t kPageFloats = 1024, kThreadGapFloats = 4096;
 void attn_prepare_scratch(AttnScratch& s, int D, int nthreads) {
   s.per_thread = (attn_tile_floats(D) + kPageFloats - 1) / kPageFloats * kPageFloats + kThreadGapFloats;
@@ -425,9 +425,9 @@ struct LocalCounts {
 
 // The query-tile tasks of the forward (and of the per-tile backward's dQ pass), B * H heads x nqt tiles, grouped
 // into runs: a thread takes up to `len` consecutive query tiles of one head at a time, latest first. Consecutive
-// tiles share most of their key tiles, which the run then finds in cache (forward 1-24% faster, same bits; README
-// "Attention kernel"). Runs are taken latest first across heads, since under causal windows the latest tiles are the
-// longest tasks, and are shorter when there are few tasks per thread, to keep the threads balanced.
+// tiles share most of their key tiles, which the run then finds in cache (forward 1-24% faster, same bits;
+// docs/attention-kernel.md). Runs are taken latest first across heads, since under causal windows the latest tiles
+// are the longest tasks, and are shorter when there are few tasks per thread, to keep the threads balanced.
 struct QueryTileRuns {
   int64_t heads;  // B * H
   int nqt, len;
@@ -608,7 +608,7 @@ AttnArgs attn_args(const float* q, const float* k, const float* v, const int* wi
 // Prefetches into L1 of what the next task of a thread reads first from memory (the next query tile's Q rows, the
 // key tile it adds, ...), spread over this task's key-tile visits so that they overlap its arithmetic: the forward
 // and the per-head backward (T = 4096, D >= 64, W = 64: 4-12% faster; the per-tile backward's passes measured alike
-// with and without; README "Attention kernel"). No effect on the results.
+// with and without; docs/attention-kernel.md). No effect on the results.
 class AttnPrefetch {
  public:
   // rows [row, row + n) of a (.., D) array
