@@ -118,6 +118,49 @@ inline uint64_t attn_gemm_tile_acc(bool first, bool interior, int M, int N, int 
   return attn_gemm_tile<MODE>(interior, M, N, K, A, rsa, ksa, Bm, ldb, C, ldc, rs, band);
 }
 
+// Prefetches into L1 of what the next task of a thread reads first from memory (the next query tile's Q rows, the
+// key tile it adds, ...), a share before each of this task's key-tile visits, so that the loads overlap its
+// arithmetic: the forward and the per-head backward (T = 4096, D >= 64, W = 64: 4-12% faster; the per-tile
+// backward's passes measured alike with and without). In the forward a visit's share goes out a few lines at a time
+// from its score product (drip(), called by the product's epilogue once per block): issued all at once, its several
+// hundred prefetches stalled the core (perf put 8% of the forward's samples on them at T = 4096, W = 64); dripped,
+// that forward is 6-8% faster. The per-head backward dripped the same way measured alike, so it issues each share at
+// once. docs/attention-kernel.md. No effect on the results.
+class AttnPrefetch {
+ public:
+  // rows [row, row + n) of a (.., D) array
+  void add(const float* base, int64_t row, int64_t n, int D) {
+    if (n <= 0) return;
+    AAH_CHECK(n_ < kRegions, "AttnPrefetch: more than ", kRegions, " regions");
+    start_[n_] = (const char*)(base + row * D), lines_[n_] = (n * D * (int64_t)sizeof(float) + kLine - 1) / kLine;
+    total_ += lines_[n_++];
+  }
+  // Visit `visit` of `visits` begins: its share of the lines is issued by drip() and finish_visit().
+  void start_visit(int visit, int visits) {
+    until_ = total_ * (visit + 1) / visits;
+    per_drip_ = (until_ - done_ + kDrips - 1) / kDrips;
+  }
+  // 1 / kDrips of the visit's share: a boundary tile's score product has 8-10 blocks and an interior one 16, so the
+  // share is out before the product ends.
+  void drip() { issue_until(std::min(until_, done_ + per_drip_)); }
+  // What is left of the visit's share.
+  void finish_visit() { issue_until(until_); }
+
+ private:
+  void issue_until(int64_t until) {
+    for (; done_ < until; done_++) {
+      while (done_ - before_ >= lines_[r_]) before_ += lines_[r_++];
+      __builtin_prefetch(start_[r_] + (done_ - before_) * kLine, 0, 3);
+    }
+  }
+  static constexpr int kLine = 64, kRegions = 4, kDrips = 6;  // bytes per cache line; regions at most; drips a visit
+  const char* start_[kRegions] = {};
+  int64_t lines_[kRegions] = {};
+  int n_ = 0, r_ = 0;                          // regions added; the region of line done_
+  int64_t total_ = 0, done_ = 0, before_ = 0;  // lines in all, issued, and in the regions before r_
+  int64_t until_ = 0, per_drip_ = 0;           // the current visit's last line (exclusive), lines per drip()
+};
+
 // ---------------------------------------------------------------------------------------------------------------
 // Epilogues of the score products of interior tiles (tile_gemm.h): the softmax passes that read a score once are
 // done on the product's registers instead, with the same operations in the same order, so the bits do not change.
@@ -125,10 +168,13 @@ inline uint64_t attn_gemm_tile_acc(bool first, bool interior, int M, int N, int 
 
 #ifdef AAH_AVX2
 // Forward: the running column maxima of attn_softmax_cols, even rows into mx0 and odd rows into mx1.
+// Also issues a share of the thread's prefetches (AttnPrefetch::drip).
 struct AttnColMaxEpilogue {
   float *mx0, *mx1;
+  AttnPrefetch* prefetch;
   template <class V, int MR, int NV>
   void apply(typename V::T (&acc)[MR][NV], int, int c) const {
+    prefetch->drip();
     for (int v = 0; v < NV; v++) {
       float* p0 = mx0 + c + V::kWidth * v;
       float* p1 = mx1 + c + V::kWidth * v;
@@ -171,13 +217,14 @@ inline __m512 attn_where_visible(__m512 p, int d0, int W, float other) {
 struct AttnColMaxMaskedEpilogue {
   float *mx0, *mx1;
   int q0, k0, W;
+  AttnPrefetch* prefetch;
   template <class V, int MR, int NV>
   void apply(typename V::T (&acc)[MR][NV], int r, int c) const {
     for (int v = 0; v < NV; v++) {
       const int d0 = q0 + c + V::kWidth * v - (k0 + r);
       for (int i = 0; i < MR; i++) acc[i][v] = attn_where_visible(acc[i][v], d0 - i, W, kMasked);
     }
-    AttnColMaxEpilogue{mx0, mx1}.apply<V, MR, NV>(acc, r, c);
+    AttnColMaxEpilogue{mx0, mx1, prefetch}.apply<V, MR, NV>(acc, r, c);
   }
 };
 // Backward, boundary tiles: as AttnProbEpilogue, and 0 where the query (q0 + column) does not see the key (k0 + row).
@@ -605,35 +652,6 @@ AttnArgs attn_args(const float* q, const float* k, const float* v, const int* wi
   return a;
 }
 
-// Prefetches into L1 of what the next task of a thread reads first from memory (the next query tile's Q rows, the
-// key tile it adds, ...), spread over this task's key-tile visits so that they overlap its arithmetic: the forward
-// and the per-head backward (T = 4096, D >= 64, W = 64: 4-12% faster; the per-tile backward's passes measured alike
-// with and without; docs/attention-kernel.md). No effect on the results.
-class AttnPrefetch {
- public:
-  // rows [row, row + n) of a (.., D) array
-  void add(const float* base, int64_t row, int64_t n, int D) {
-    if (n <= 0) return;
-    AAH_CHECK(n_ < kRegions, "AttnPrefetch: more than ", kRegions, " regions");
-    start_[n_] = (const char*)(base + row * D), lines_[n_] = (n * D * (int64_t)sizeof(float) + kLine - 1) / kLine;
-    total_ += lines_[n_++];
-  }
-  // The share of the lines for visit `visit` of `visits`.
-  void issue(int visit, int visits) {
-    for (const int64_t until = total_ * (visit + 1) / visits; done_ < until; done_++) {
-      while (done_ - before_ >= lines_[r_]) before_ += lines_[r_++];
-      __builtin_prefetch(start_[r_] + (done_ - before_) * kLine, 0, 3);
-    }
-  }
-
- private:
-  static constexpr int kLine = 64, kRegions = 4;  // bytes per cache line; regions at most
-  const char* start_[kRegions] = {};
-  int64_t lines_[kRegions] = {};
-  int n_ = 0, r_ = 0;                          // regions added; the region of line done_
-  int64_t total_ = 0, done_ = 0, before_ = 0;  // lines in all, issued, and in the regions before r_
-};
-
 // One forward task: query tile qt of head h in batch b. Writes out and lse rows; diagnostics partial sums in
 // dsum[3] (entropy, output norm, usage summed over the tile's rows). prefetch_next: the thread goes on with query
 // tile qt - 1 of the same head (a run of QueryTileRuns).
@@ -661,24 +679,25 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
     }
   }
   for (int kt = kt_lo; kt <= kt_hi; kt++) {
-    next.issue(kt - kt_lo, kt_hi - kt_lo + 1);
     const int k0 = kt * kBK, nk = std::min(kBK, T - k0);
     const bool interior = attn_tile_interior(q0, nq, k0, nk, W);
+    const bool fused = (interior || kAttnFusedBoundary) && g_fused_epilogues;
+    next.start_visit(kt - kt_lo, kt_hi - kt_lo + 1);
+    if (!fused) next.finish_visit();  // no epilogue to drip from
     // S^T (nk, ncol) = K_tile Qt; interior tiles take the column maxima on the way (AttnColMaxEpilogue), and so do
     // boundary tiles where kAttnFusedBoundary, masking first (AttnColMaxMaskedEpilogue)
     const float* kt0 = kbase + (int64_t)k0 * D;
     attn_poison(ts);
     uint64_t qk;
-    const bool fused = (interior || kAttnFusedBoundary) && g_fused_epilogues;
 #ifdef AAH_AVX2
     if (fused) {
       for (int i = 0; i < ncol; i++) ts.mx0[i] = kMasked, ts.mx1[i] = kMasked;
       if (interior)
         qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, TileFullRange{D},
-                             AttnColMaxEpilogue{ts.mx0, ts.mx1});
+                             AttnColMaxEpilogue{ts.mx0, ts.mx1, &next});
       else
         qk = tile_gemm<kSet>(nk, ncol, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr, AttnScoreRange{q0, k0, W, D},
-                             AttnColMaxMaskedEpilogue{ts.mx0, ts.mx1, q0, k0, W});
+                             AttnColMaxMaskedEpilogue{ts.mx0, ts.mx1, q0, k0, W, &next});
     } else
 #endif
       qk = attn_gemm_tile<kSet>(interior, nk, ncol, D, kt0, D, 1, ts.qt, kLd, ts.st, kLd, nullptr,
@@ -688,6 +707,7 @@ void attn_forward_task(const AttnArgs& a, float* out, float* lse, int b, int h, 
     const uint64_t pv = attn_gemm_tile_acc<kScaleAdd>(kt == kt_lo, interior, nq, D, nk, ts.st, 1, kLd,
                                                       vbase + (int64_t)k0 * D, D, o, D, ts.alpha,
                                                       AttnQueryRowRange{q0, k0, W, nk});
+    next.finish_visit();
     cnt.visited++;
     cnt.computed += qk / D;
     cnt.macs += qk + pv;
@@ -977,7 +997,8 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
               next.add(v, attn_row(b, hk, q0 + kBQ, Hkv, T), n1, D);
             }
             for (int kt = lo; kt <= hi; kt++) {
-              next.issue(kt - lo, hi - lo + 1);
+              next.start_visit(kt - lo, hi - lo + 1);
+              next.finish_visit();
               attn_bwd_pair(a, dq, dk, dv, dout, b, h, qt, kt, ts, true, h == hk * a.group && kt == qt, true,
                             kt == lo, cnt);
             }
