@@ -271,11 +271,12 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
   }
   // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10),
   // with its mac/p: the t/p the executed multiply-adds alone predict, a floor no speed per multiply-add goes under.
-  std::string goal_sets;  // the window sets that count, in the order timed
+  std::vector<std::string> counted;  // the window sets that count, in the order timed
   for (const auto& r : rows)
-    if (attn_goal_row(r) && goal_sets.find(" " + r.window_set + ",") == std::string::npos)
-      goal_sets += " " + r.window_set + ",";
-  if (!goal_sets.empty()) goal_sets.pop_back();
+    if (attn_goal_row(r) && std::find(counted.begin(), counted.end(), r.window_set) == counted.end())
+      counted.push_back(r.window_set);
+  std::string goal_sets;
+  for (const auto& name : counted) goal_sets += (goal_sets.empty() ? " " : ", ") + name;
   std::printf("Every T (tiled), window sets with every window >= 64 (timed:%s): worst time/pair ratio (fwd, bwd, "
               "fwd+bwd; goal <= 1.10), and its floor mac/p\n",
               goal_sets.c_str());
