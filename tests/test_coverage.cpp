@@ -3,6 +3,7 @@
 // attention, the decisions on hand-made mass profiles, the trace, save/load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -76,6 +77,40 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
         spread = std::max(spread, got - mass[(size_t(s) * H + h) * K]);
       }
   EXPECT_GT(spread, 0.5);
+  // aah.coverage_tail 0.1: per (s, h, W) the mean of the ceil(0.1 T) = 15 least per-query masses, computed here from
+  // the same reference probabilities.
+  const double tail = 0.1;
+  const int n_tail = 15;
+  std::vector<double> tail_mass(mass.size());
+  coverage_window_mass(tail_mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, tail);
+  for (int s = 0; s < S; s++)
+    for (int h = 0; h < H; h++)
+      for (int c = 0; c < K; c++) {
+        std::vector<double> per_query(T, 0.0);
+        for (int i = 0; i < T; i++) {
+          const double* qi = &qd[((size_t(s) * H + h) * T + i) * D];
+          for (int j = std::max(0, i - windows[c] + 1); j <= i; j++) {
+            const double* kj = &kd[((size_t(s) * Hkv + h / 2) * T + j) * D];
+            double dot = 0;
+            for (int d = 0; d < D; d++) dot += qi[d] * kj[d];
+            per_query[i] += std::exp(dot / std::sqrt(double(D)) - lse[(size_t(s) * H + h) * T + i]);
+          }
+        }
+        std::sort(per_query.begin(), per_query.end());
+        double m = 0;
+        for (int i = 0; i < n_tail; i++) m += per_query[i];
+        m /= n_tail;
+        const size_t at = (size_t(s) * H + h) * K + c;
+        EXPECT_NEAR(tail_mass[at], m, 2e-5) << "tail: s " << s << " h " << h << " W " << windows[c];
+        EXPECT_LE(tail_mass[at], mass[at] + 1e-12);  // the least of the queries: never above the mean
+        if (windows[c] >= T) {
+          EXPECT_EQ(tail_mass[at], 1.0);
+        }
+      }
+  // tail 1 is the plain mean, bit for bit
+  std::vector<double> all(mass.size());
+  coverage_window_mass(all.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 1.0);
+  EXPECT_EQ(all, mass);
   // The mean over sequences, in sequence order.
   std::vector<double> mean(size_t(H) * K);
   coverage_mass_mean(mean.data(), mass.data(), S, H, K);
@@ -110,6 +145,19 @@ TEST(CoverageMass, HandBuiltReach) {
   EXPECT_EQ(coverage_choice(&mass[0], 4, 0.95), 2);
   EXPECT_GT(mass[4], 0.95);
   EXPECT_EQ(coverage_choice(&mass[4], 4, 0.95), 0);
+  // aah.coverage_tail: the mean over the queries of least mass. Tail 0.5 (50 queries): all of them look 20 back, so
+  // head 0 has ~0 below W = 21, where the plain mean said 0.2. Tail 0.9 (90): those 80 and 10 that see themselves,
+  // 10 / 90. Head 1 stays ~1 everywhere.
+  coverage_window_mass(mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.5);
+  EXPECT_NEAR(mass[0], 0.0, 0.02);
+  EXPECT_NEAR(mass[1], 0.0, 0.02);
+  EXPECT_NEAR(mass[2], 1.0, 0.02);
+  EXPECT_EQ(mass[3], 1.0);
+  EXPECT_GT(mass[4], 0.95);
+  coverage_window_mass(mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.9);
+  EXPECT_NEAR(mass[0], 10.0 / 90, 0.02);
+  EXPECT_NEAR(mass[1], 10.0 / 90, 0.02);
+  EXPECT_NEAR(mass[2], 1.0, 0.02);
 }
 
 // Spec 10's examples on hand-made profiles (W = 512, 1024, 2048, 4096): mass concentrated near -> the smallest
@@ -172,6 +220,16 @@ TEST(CoverageDecision, RegimeAndKnobs) {
   ControllerConfig f = config_for("full_adaptive");
   f.pair_budget = 0.5;
   EXPECT_NE(test::error_of([&] { controller_validate(f); }).find("policy coverage only"), std::string::npos);
+  f.pair_budget = 0;
+  f.coverage_tail = 0.5;
+  EXPECT_NE(test::error_of([&] { controller_validate(f); }).find("'aah.coverage_tail' applies to policy coverage only"),
+            std::string::npos);
+  // the variant on top of the budget regime: both knobs, policy coverage
+  ControllerConfig t = config_for("coverage_budget_500+coverage_tail_20");
+  EXPECT_EQ(t.policy, WindowPolicy::coverage);
+  EXPECT_DOUBLE_EQ(t.pair_budget, 0.5);
+  EXPECT_DOUBLE_EQ(t.coverage_tail, 0.02);
+  EXPECT_DOUBLE_EQ(config_for("coverage_budget_500").coverage_tail, 1.0);
 }
 
 // Budget variant, worked by hand. W = 4, 8, 16, 32 (T 32): pairs 122, 228, 392, 528. Head 0 mass .5 .6 .7 1,
@@ -223,7 +281,15 @@ TEST(CoverageTrace, RecomputesEveryDecision) {
       EXPECT_EQ(t["resolution"][h], ct);
       EXPECT_EQ(t["windows"][h], cand[ct]);
     }
+    EXPECT_FALSE(t.contains("coverage_tail"));
   }
+  // With aah.coverage_tail the trace says how the mass was measured.
+  LayerController tail(config_for("coverage+coverage_tail_20"), 2, 0);
+  const std::vector<double> m = {0.1, 0.5, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0};
+  nlohmann::json t;
+  tail.update(m.data(), 0, &t);
+  EXPECT_DOUBLE_EQ(t["coverage_tail"].get<double>(), 0.02);
+  EXPECT_EQ(t["head_choice"], (std::vector<int>{3, 0}));
 }
 
 TEST(CoverageState, SaveLoadContinuesIdentically) {

@@ -255,6 +255,7 @@ const std::vector<int>& LayerController::update_coverage(const double* mass, int
     (*trace)["mass"] = rows_json(std::vector<double>(mass, mass + size_t(H_) * K_), K_);
     (*trace)["coverage"] = cfg_.coverage;
     if (cfg_.pair_budget > 0) (*trace)["pair_budget"] = cfg_.pair_budget;
+    if (cfg_.coverage_tail < 1) (*trace)["coverage_tail"] = cfg_.coverage_tail;  // what the mass was measured as
   }
   apply_choice(c, step, trace);
   return windows_;
@@ -263,7 +264,7 @@ const std::vector<int>& LayerController::update_coverage(const double* mass, int
 // Trace of one update (when requested), one JSON object:
 //   step, layer, regime, policy, windows_candidates
 //   policy coverage: mass (H, K) m_h(W_k) as measured (full window, sampled sequences), coverage, pair_budget (when
-//   > 0), head_choice (H) c_h, ramped_choice (with a ramp), resolution_prev, resolution, windows (and the shuffle's
+//   > 0), coverage_tail (when < 1), head_choice (H) c_h, ramped_choice (with a ramp), resolution_prev, resolution, windows (and the shuffle's
 //   fields); that is all
 //   other policies != controller: windows (and shuffle fields); that is all
 //   raw_features (H, 9), smoothed_features (H, 9), feature_ema_first (bool: EMA initialised by this observation)

@@ -40,6 +40,9 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
        "policy coverage: a head's window is the smallest holding this share of its attention mass"},
       {"aah.coverage_sample", &c.coverage_sample, at_least(1),
        "policy coverage: sequences of the batch (the first ones) the attention mass is measured on"},
+      {"aah.coverage_tail", &c.coverage_tail, {.lo = 0, .hi = 1, .lo_open = true},
+       "policy coverage: a window's mass is the mean over this share of the queries, those with the least mass in it "
+       "(1: all; e.g. 0.05 lets the few queries that reach far decide)"},
       {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
        "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio"},
   };
@@ -99,6 +102,8 @@ const std::vector<Regime> kVariants = {
     {"random_window", {{"policy", "random"}}, "a fresh seeded random window per head per update"},
     {"shuffle_post_select", {{"shuffle_post_select", "true"}}, "windows permuted across a layer's heads (diagnostic)"},
     {"control_interval_N", {{"control_interval", "N"}}, "control updates every N steps"},
+    {"coverage_tail_P", {{"policy", "coverage"}, {"coverage_tail", "P/1000"}},
+     "policy coverage, masses over the P / 1000 of queries with the least (after coverage_budget_P: within its budget)"},
 };
 
 std::string known_regimes() {
@@ -222,6 +227,9 @@ void controller_validate(const ControllerConfig& cfg) {
     fail("[controller] key 'aah.fixed_window' must be >= 1 for regime '", c.regime, "' (fixed window policy)");
   if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage)
     fail("[controller] key 'aah.pair_budget' applies to policy coverage only, regime '", c.regime, "' has policy ",
+         window_policy_name(c.policy));
+  if (c.coverage_tail < 1 && c.policy != WindowPolicy::coverage)
+    fail("[controller] key 'aah.coverage_tail' applies to policy coverage only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));
   if (!(c.eps > 0 && std::isfinite(c.eps))) fail("[controller] eps must be > 0, got ", c.eps);
   if (c.warmup_steps < 0) fail("[controller] warmup_steps (train.warmup_steps) must be >= 0");

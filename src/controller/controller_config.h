@@ -60,6 +60,8 @@ struct ControllerConfig {
                                       // a run's default is train.warmup_steps (controller_config_of), 0 here
   double coverage = 0.95;             // policy coverage: W_h = the smallest W_k with mass m_h(W_k) >= coverage
   int coverage_sample = 1;            // policy coverage: sequences of the batch the mass is measured on (the first)
+  double coverage_tail = 1;           // policy coverage: a window's mass is the mean over this share of the queries,
+                                      // those with the least mass in it (1: every query, the plain mean)
   double pair_budget = 0;             // policy coverage: 0 off; else per layer the windows of most mass with exact
                                       // pair ratio <= pair_budget (greedy by mass gained per pair), replacing coverage
   uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it

@@ -45,10 +45,13 @@ float scale_and_max(float* e, int n, float scale) {
   return mx;
 }
 
-// mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T).
+// mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T). tail < 1: the mean over
+// the ceil(tail T) queries of least mass per window, from every query's masses (per_query, (K, T)).
 void head_window_mass(double* mass, const float* q, const float* k, int T, int D, const int* windows, int K,
-                      float* scores) {
+                      double tail, float* scores, std::vector<double>& per_query) {
   const float scale = 1.0f / std::sqrt(float(D));
+  const bool all = tail >= 1;
+  if (!all) per_query.resize(size_t(K) * T);
   std::vector<double> acc(K, 0.0), covered(K);
   for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
     const int i1 = std::min(T, i0 + kQueryBlock), nk = i1;  // keys 0 .. i1-1 cover every row of the block
@@ -69,28 +72,45 @@ void head_window_mass(double* mass, const float* q, const float* k, int T, int D
         covered[c] = run;
       }
       run += range_sum(e, 0, lo_prev);
-      for (int c = 0; c < K; c++) acc[c] += covered[c] / run;
+      if (all)
+        for (int c = 0; c < K; c++) acc[c] += covered[c] / run;
+      else
+        for (int c = 0; c < K; c++) per_query[size_t(c) * T + i] = covered[c] / run;
     }
   }
-  for (int c = 0; c < K; c++) mass[c] = acc[c] / double(T);
+  if (all) {
+    for (int c = 0; c < K; c++) mass[c] = acc[c] / double(T);
+    return;
+  }
+  const int n = std::clamp(int(std::ceil(tail * T)), 1, T);
+  for (int c = 0; c < K; c++) {
+    double* m = per_query.data() + size_t(c) * T;
+    std::nth_element(m, m + (n - 1), m + T);
+    std::sort(m, m + n);  // the n least, summed in ascending order: the same bits whatever nth_element left
+    double s = 0;
+    for (int i = 0; i < n; i++) s += m[i];
+    mass[c] = s / double(n);
+  }
 }
 
 }  // namespace
 
 void coverage_window_mass(double* mass, const float* q, const float* k, int S, int H, int Hkv, int T, int D,
-                          const int* windows, int K) {
-  AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1);
+                          const int* windows, int K, double tail) {
+  AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1 && tail > 0);
   const int group = H / Hkv, tasks = S * H;
   const size_t per_head = size_t(T) * D;
 #pragma omp parallel if (tasks > 1)
   {
     std::vector<float> scores(size_t(std::min(T, kQueryBlock)) * T);
+    std::vector<double> per_query;
     // Each (s, h) row is computed by one thread alone, the same way whichever thread: dynamic scheduling is safe.
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
       head_window_mass(mass + size_t(t) * K, q + (size_t(s) * H + h) * per_head,
-                       k + (size_t(s) * Hkv + h / group) * per_head, T, D, windows, K, scores.data());
+                       k + (size_t(s) * Hkv + h / group) * per_head, T, D, windows, K, tail, scores.data(),
+                       per_query);
     }
   }
 }

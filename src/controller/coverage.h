@@ -16,8 +16,12 @@ namespace aah {
 // KV head h / (H / Hkv). Scores by sgemm in float, exponentials by the attention kernel's vexp, sums in double;
 // m_h(W) = 1 exactly where W covers every key (W >= T). Threads split the (s, h) rows; each row's result does not
 // depend on the thread count. Cost: the Q K^T products of full causal attention for S sequences, no P V.
+// tail < 1 (aah.coverage_tail): m_h(W_k) is instead the mean over the ceil(tail T) queries with the least mass in
+// W_k (each query's own m_i(W_k) = sum of its p_ij there; summed in ascending order), so that a few queries that
+// reach far (a retrieval head's questions) count even where the mean over all queries is near 1. Still 1 exactly
+// where W covers every key, and non-decreasing in W.
 void coverage_window_mass(double* mass, const float* q, const float* k, int S, int H, int Hkv, int T, int D,
-                          const int* windows, int K);
+                          const int* windows, int K, double tail = 1.0);
 
 // out (H, K) = mean over s of per_seq (S, H, K), summed in sequence order (the same bits whoever computed the rows).
 void coverage_mass_mean(double* out, const double* per_seq, int S, int H, int K);

@@ -91,7 +91,7 @@ void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int
   const int n = std::min(controller_.config().coverage_sample, B * ranks);
   const int per_rank = std::min(n, B), mine = std::clamp(n - rank * B, 0, B);
   mass_seq_.assign(size_t(per_rank) * row, 0.0);
-  coverage_window_mass(mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K);
+  coverage_window_mass(mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K, controller_.config().coverage_tail);
   if (ranks > 1) {  // gather the sampled sequences' rows, then keep them in global sequence order
     parts_.resize(mass_seq_.size() * ranks);
     comm_->allgather(mass_seq_.data(), mass_seq_.size(), parts_.data());
