@@ -38,7 +38,8 @@ std::vector<double> rows(std::initializer_list<std::vector<double>> r) {
 
 // m_h(W) from coverage_window_mass against the definition: p_ij = exp(q_i . k_j / sqrt(D) - lse_i), lse_i from the
 // scalar reference attention (double) at full window, summed here over i - j < W and averaged over queries. T = 150
-// spans three query blocks of 64 (the last partial); GQA 4 heads on 2 KV heads; a window larger than T.
+// spans three query blocks of 64 (the last partial); GQA 4 heads on 2 KV heads; a window larger than T. With
+// aah.coverage_tail 0.1 the mean is over the 15 queries of least mass instead.
 TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
   const int S = 2, H = 4, Hkv = 2, T = 150, D = 8, K = 5;
   const std::vector<int> windows = {1, 5, 40, 150, 300};
@@ -54,59 +55,46 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
   std::vector<int> full(H, T);
   ref::attn_local_forward<double>(out.data(), lse.data(), qd.data(), kd.data(), kd.data(), full.data(), S, H, Hkv, T,
                                   D, nullptr, nullptr);
+  // each query's reference mass within window W_c: the sum of its p_ij over i - j < W_c
+  auto per_query_mass = [&](int s, int h, int c) {
+    std::vector<double> m(T, 0.0);
+    for (int i = 0; i < T; i++) {
+      const double* qi = &qd[((size_t(s) * H + h) * T + i) * D];
+      for (int j = std::max(0, i - windows[c] + 1); j <= i; j++) {
+        const double* kj = &kd[((size_t(s) * Hkv + h / 2) * T + j) * D];
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += qi[d] * kj[d];
+        m[i] += std::exp(dot / std::sqrt(double(D)) - lse[(size_t(s) * H + h) * T + i]);
+      }
+    }
+    return m;
+  };
+  // aah.coverage_tail 0.1: per (s, h, W) the mean of the ceil(0.1 T) = 15 least per-query masses.
+  const int n_tail = 15;
+  std::vector<double> tail_mass(mass.size());
+  coverage_window_mass(tail_mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 0.1);
   double spread = 0;  // how far the windows' masses lie apart: the test must not pass on all-ones
   for (int s = 0; s < S; s++)
     for (int h = 0; h < H; h++)
       for (int c = 0; c < K; c++) {
-        double m = 0;
-        for (int i = 0; i < T; i++) {
-          const double* qi = &qd[((size_t(s) * H + h) * T + i) * D];
-          for (int j = std::max(0, i - windows[c] + 1); j <= i; j++) {
-            const double* kj = &kd[((size_t(s) * Hkv + h / 2) * T + j) * D];
-            double dot = 0;
-            for (int d = 0; d < D; d++) dot += qi[d] * kj[d];
-            m += std::exp(dot / std::sqrt(double(D)) - lse[(size_t(s) * H + h) * T + i]);
-          }
-        }
+        std::vector<double> per_query = per_query_mass(s, h, c);
+        double m = 0, least = 0;
+        for (double x : per_query) m += x;
         m /= T;
-        const double got = mass[(size_t(s) * H + h) * K + c];
-        EXPECT_NEAR(got, m, 2e-5) << "s " << s << " h " << h << " W " << windows[c];
-        if (windows[c] >= T) {
-          EXPECT_EQ(got, 1.0);  // every key: exactly 1
-        }
-        spread = std::max(spread, got - mass[(size_t(s) * H + h) * K]);
-      }
-  EXPECT_GT(spread, 0.5);
-  // aah.coverage_tail 0.1: per (s, h, W) the mean of the ceil(0.1 T) = 15 least per-query masses, computed here from
-  // the same reference probabilities.
-  const double tail = 0.1;
-  const int n_tail = 15;
-  std::vector<double> tail_mass(mass.size());
-  coverage_window_mass(tail_mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, tail);
-  for (int s = 0; s < S; s++)
-    for (int h = 0; h < H; h++)
-      for (int c = 0; c < K; c++) {
-        std::vector<double> per_query(T, 0.0);
-        for (int i = 0; i < T; i++) {
-          const double* qi = &qd[((size_t(s) * H + h) * T + i) * D];
-          for (int j = std::max(0, i - windows[c] + 1); j <= i; j++) {
-            const double* kj = &kd[((size_t(s) * Hkv + h / 2) * T + j) * D];
-            double dot = 0;
-            for (int d = 0; d < D; d++) dot += qi[d] * kj[d];
-            per_query[i] += std::exp(dot / std::sqrt(double(D)) - lse[(size_t(s) * H + h) * T + i]);
-          }
-        }
         std::sort(per_query.begin(), per_query.end());
-        double m = 0;
-        for (int i = 0; i < n_tail; i++) m += per_query[i];
-        m /= n_tail;
+        for (int i = 0; i < n_tail; i++) least += per_query[i];
+        least /= n_tail;
         const size_t at = (size_t(s) * H + h) * K + c;
-        EXPECT_NEAR(tail_mass[at], m, 2e-5) << "tail: s " << s << " h " << h << " W " << windows[c];
+        EXPECT_NEAR(mass[at], m, 2e-5) << "s " << s << " h " << h << " W " << windows[c];
+        EXPECT_NEAR(tail_mass[at], least, 2e-5) << "tail: s " << s << " h " << h << " W " << windows[c];
         EXPECT_LE(tail_mass[at], mass[at] + 1e-12);  // the least of the queries: never above the mean
-        if (windows[c] >= T) {
+        if (windows[c] >= T) {  // every key: exactly 1
+          EXPECT_EQ(mass[at], 1.0);
           EXPECT_EQ(tail_mass[at], 1.0);
         }
+        spread = std::max(spread, mass[at] - mass[(size_t(s) * H + h) * K]);
       }
+  EXPECT_GT(spread, 0.5);
   // tail 1 is the plain mean, bit for bit
   std::vector<double> all(mass.size());
   coverage_window_mass(all.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 1.0);
