@@ -264,8 +264,8 @@ const std::vector<int>& LayerController::update_coverage(const double* mass, int
 // Trace of one update (when requested), one JSON object:
 //   step, layer, regime, policy, windows_candidates
 //   policy coverage: mass (H, K) m_h(W_k) as measured (full window, sampled sequences), coverage, pair_budget (when
-//   > 0), coverage_tail (when < 1), head_choice (H) c_h, ramped_choice (with a ramp), resolution_prev, resolution, windows (and the shuffle's
-//   fields); that is all
+//   > 0), coverage_tail (when < 1), head_choice (H) c_h, ramped_choice (with a ramp), resolution_prev, resolution,
+//   windows (and the shuffle's fields); that is all
 //   other policies != controller: windows (and shuffle fields); that is all
 //   raw_features (H, 9), smoothed_features (H, 9), feature_ema_first (bool: EMA initialised by this observation)
 //   topology: "recomputed" | "cached" | "level0_cached" (what this update did), levels_used

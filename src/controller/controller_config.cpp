@@ -42,7 +42,7 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
        "policy coverage: sequences of the batch (the first ones) the attention mass is measured on"},
       {"aah.coverage_tail", &c.coverage_tail, {.lo = 0, .hi = 1, .lo_open = true},
        "policy coverage: a window's mass is the mean over this share of the queries, those with the least mass in it "
-       "(1: all; e.g. 0.05 lets the few queries that reach far decide)"},
+       "(1: all; e.g. 0.02 lets the few queries that reach far decide)"},
       {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
        "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio"},
   };

@@ -82,7 +82,7 @@ void head_window_mass(double* mass, const float* q, const float* k, int T, int D
     for (int c = 0; c < K; c++) mass[c] = acc[c] / double(T);
     return;
   }
-  const int n = std::clamp(int(std::ceil(tail * T)), 1, T);
+  const int n = std::clamp(int(std::ceil(tail * T - 1e-9)), 1, T);  // ceil(tail T), 0.1 * 150 being 15
   for (int c = 0; c < K; c++) {
     double* m = per_query.data() + size_t(c) * T;
     std::nth_element(m, m + (n - 1), m + T);
