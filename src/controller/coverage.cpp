@@ -45,14 +45,13 @@ float scale_and_max(float* e, int n, float scale) {
   return mx;
 }
 
-// mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T). tail < 1: the mean over
-// the ceil(tail T) queries of least mass per window, from every query's masses (per_query, (K, T)).
+// mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T), per_query scratch (K, T):
+// every query's mass per window. The mean over all queries (tail >= 1), or over the ceil(tail T) of least mass.
 void head_window_mass(double* mass, const float* q, const float* k, int T, int D, const int* windows, int K,
                       double tail, float* scores, std::vector<double>& per_query) {
   const float scale = 1.0f / std::sqrt(float(D));
-  const bool all = tail >= 1;
-  if (!all) per_query.resize(size_t(K) * T);
-  std::vector<double> acc(K, 0.0), covered(K);
+  per_query.resize(size_t(K) * T);
+  std::vector<double> covered(K);
   for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
     const int i1 = std::min(T, i0 + kQueryBlock), nk = i1;  // keys 0 .. i1-1 cover every row of the block
     cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, nk);  // (i1 - i0, nk) = q_blk k^T
@@ -72,21 +71,16 @@ void head_window_mass(double* mass, const float* q, const float* k, int T, int D
         covered[c] = run;
       }
       run += range_sum(e, 0, lo_prev);
-      if (all)
-        for (int c = 0; c < K; c++) acc[c] += covered[c] / run;
-      else
-        for (int c = 0; c < K; c++) per_query[size_t(c) * T + i] = covered[c] / run;
+      for (int c = 0; c < K; c++) per_query[size_t(c) * T + i] = covered[c] / run;
     }
   }
-  if (all) {
-    for (int c = 0; c < K; c++) mass[c] = acc[c] / double(T);
-    return;
-  }
-  const int n = std::clamp(int(std::ceil(tail * T - 1e-9)), 1, T);  // ceil(tail T), 0.1 * 150 being 15
+  const int n = tail >= 1 ? T : std::clamp(int(std::ceil(tail * T - 1e-9)), 1, T);  // ceil(tail T): 0.1 * 150 is 15
   for (int c = 0; c < K; c++) {
     double* m = per_query.data() + size_t(c) * T;
-    std::nth_element(m, m + (n - 1), m + T);
-    std::sort(m, m + n);  // the n least, summed in ascending order: the same bits whatever nth_element left
+    if (n < T) {  // the n least, summed in ascending order: the same bits whatever nth_element left; all: query order
+      std::nth_element(m, m + (n - 1), m + T);
+      std::sort(m, m + n);
+    }
     double s = 0;
     for (int i = 0; i < n; i++) s += m[i];
     mass[c] = s / double(n);
