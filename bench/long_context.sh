@@ -38,7 +38,7 @@ have_torch=1
 "$torch_python" -c "import torch" 2>/dev/null || { have_torch=0; echo "long_context.sh: no PyTorch (apt-get install python3-torch): aah only" >&2; }
 tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
 # PyTorch's matrix products run on the same OpenBLAS: give it the core aah runs (aah forces one where OpenBLAS
-# misreads the CPU; see README, "OpenBLAS on CPUs newer than it").
+# misreads the CPU; see README and docs/building.md, "OpenBLAS on CPUs newer than it").
 blas_core=$("$aah" info | sed -n 's/^openblas core: \([A-Za-z0-9]*\).*/\1/p')
 [ -e "$out" ] && { echo "long_context.sh: $out exists; move it away or pass --out" >&2; exit 1; }
 tmp="$out.partial"

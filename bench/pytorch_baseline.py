@@ -10,7 +10,7 @@ attention is the usual dense masked softmax: T x T scores per head.
 Full-adaptive mix: 4 x T/8, 2 x T/4, T/2, T per layer, as `aah bench train --windows mix`); the work is that of
 full attention whatever the windows. --max-gb caps the address space: a context that does not fit fails with
 "fits": false and the allocation that failed, instead of swapping or waking the OOM killer.
-Not run by CI (PyTorch is not a dependency of aah); the README quotes its figures next to aah's
+Not run by CI (PyTorch is not a dependency of aah); docs/results-training.md and docs/long-context.md quote its figures next to aah's
 (bench/long_context.sh runs both side by side).
 """
 import argparse, json, math, resource, statistics, time

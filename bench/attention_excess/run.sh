@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a small window's extra time per visible pair goes, against full windows, part by part (README, "Where the
+# Where a small window's extra time per visible pair goes, against full windows, part by part (docs/results-attention.md, "Where the
 # T = 1024 cost goes"). Compiles the attention kernel twice (namespaces aahx and aahy) into driver.cpp, runs window
 # W through one copy and full windows through the other in alternating rounds under `perf record`, and splits the
 # samples by copy and by part: score products (with their softmax epilogues), output products (PV; dV, dK, dQ),

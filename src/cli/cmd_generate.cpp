@@ -1,7 +1,10 @@
 // aah generate: stream text from a run's model with its per-head KV cache.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/check.h"
@@ -23,7 +26,16 @@ struct GenerateOptions {
   int max_new = 100;
   SamplerOptions sampler;
   std::vector<std::string> sets;
+  std::string logprobs;  // --logprobs FILE: one JSON line per new token
 };
+
+// log p(token) under the model's distribution at temperature 1 (before top-k / top-p), in double.
+double token_logprob(const float* logits, int V, int32_t token) {
+  double mx = -INFINITY, sum = 0;
+  for (int j = 0; j < V; j++) mx = std::max(mx, double(logits[j]));
+  for (int j = 0; j < V; j++) sum += std::exp(double(logits[j]) - mx);
+  return double(logits[token]) - mx - std::log(sum);
+}
 
 // Every number range-checked, the flag named: a value outside its meaning is an error, never a silent greedy or 1.
 void generate_validate(const GenerateOptions& o) {
@@ -33,6 +45,8 @@ void generate_validate(const GenerateOptions& o) {
   const SamplerOptions& s = o.sampler;
   if (!(s.temperature >= 0 && s.temperature <= 100))
     fail("[generate] --temperature must be in [0, 100] (0: greedy), got ", s.temperature);
+  if (!o.logprobs.empty() && path_exists(o.logprobs))
+    fail("[generate] --logprobs ", o.logprobs, ": exists; aah writes only new files (remove it or name another)");
   if (s.top_k < 0) fail("[generate] --top-k must be >= 0 (0: all tokens), got ", s.top_k);
   if (!(s.top_p > 0 && s.top_p <= 1)) fail("[generate] --top-p must be in (0, 1] (1: off), got ", s.top_p);
 }
@@ -71,8 +85,11 @@ int run_generate(const GenerateOptions& o) {
   const double t1 = now_seconds();
   // A model may have more rows than its tokenizer has ids (vocab_size rounded up): never emit one it cannot decode.
   const int sample_V = std::min(cfg.model.vocab_size, int(tok.vocab_size()));
+  std::string logprob_lines;
   for (int i = 0; i < o.max_new; i++) {
     const int32_t next = sampler.sample(logits, sample_V);
+    if (!o.logprobs.empty())
+      logprob_lines += nlohmann::json{{"i", i}, {"token", next}, {"logprob", token_logprob(logits, sample_V, next)}}.dump() + "\n";
     out.push_back(next);
     // Print what the new token completes (a token may end inside a UTF-8 character).
     std::string text = tok.decode(out);
@@ -85,6 +102,7 @@ int run_generate(const GenerateOptions& o) {
   }
   const double t_decode = now_seconds() - t1;
   std::printf("\n");
+  if (!o.logprobs.empty()) write_file_atomic(o.logprobs, logprob_lines);
   std::fprintf(stderr, "[generate] prompt %zu tokens (%.0f tokens/s prefill), %d new (%.1f tokens/s), KV cache %.2f MB\n",
                ids.size(), ids.size() / std::max(1e-9, t_prefill), o.max_new, o.max_new / std::max(1e-9, t_decode),
                dec.cache().bytes() / 1048576.0);
@@ -104,6 +122,9 @@ void add_generate_commands(CLI::App& app, int& rc) {
   gen->add_option("--top-p", o.sampler.top_p, "Keep the smallest set with this probability mass")->capture_default_str();
   gen->add_option("--seed", o.sampler.seed, "Sampling seed")->capture_default_str();
   gen->add_option("--set", o.sets, "Override a config key");
+  gen->add_option("--logprobs", o.logprobs,
+                  "Write FILE (new): one JSON line per generated token, {i, token, logprob} (log-probability under "
+                  "the model at temperature 1, before top-k / top-p)");
   gen->callback([&rc] { rc = run_generate(o); });
 }
 

@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Help for every command");
   bool help_config = false;
   app.add_flag("--help-config", help_config, "List every configuration key with its default and meaning");
+  bool help_regimes = false, markdown = false;
+  app.add_flag("--help-regimes", help_regimes, "List every regime (aah.regime) and the knobs it sets");
+  app.add_flag("--markdown", markdown, "With --help-config / --help-regimes: a Markdown table (docs/config.md, docs/regimes.md)");
   app.require_subcommand(0, 1);
   int rc = 0;
   aah::add_data_commands(app, rc);
@@ -80,7 +83,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   aah::comm_finalize();
-  if (help_config) {
+  if (help_config && markdown) {
+    std::fputs(aah::config_markdown().c_str(), stdout);
+  } else if (help_regimes) {
+    if (markdown) {
+      std::fputs(aah::controller_regimes_markdown().c_str(), stdout);
+    } else {
+      std::puts("Regimes (--set aah.regime=NAME; variants combine with a main regime by '+'):");
+      for (auto& r : aah::controller_regime_names()) std::printf("  %s\n", r.c_str());
+      std::puts("(aah --help-regimes --markdown: what each sets and does)");
+    }
+  } else if (help_config) {
     std::puts("Configuration keys (--set key=value; JSON files nest train.* and aah.* as objects):");
     for (auto& [k, v] : aah::config_describe(aah::Config{})) std::printf("  %s = %s\n", k.c_str(), v.c_str());
   } else if (app.get_subcommands().empty()) {

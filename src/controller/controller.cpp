@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "controller/copy_use.h"
 #include "controller/coverage.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -133,7 +134,8 @@ void LayerController::set_policy_windows(int step) {
   const int T = cfg_.windows.back();
   switch (cfg_.policy) {
     case WindowPolicy::controller:
-    case WindowPolicy::coverage: break;
+    case WindowPolicy::coverage:
+    case WindowPolicy::copy: break;
     case WindowPolicy::off: windows_.assign(H_, T); break;
     case WindowPolicy::fixed: windows_.assign(H_, std::clamp(cfg_.fixed_window, 1, T)); break;
     case WindowPolicy::deterministic:
@@ -366,6 +368,7 @@ Controller::Controller(const ControllerConfig& cfg, int num_layers, int num_head
 
 bool Controller::is_update_step(int step) const {
   const bool changes = cfg_.policy == WindowPolicy::controller || cfg_.policy == WindowPolicy::coverage ||
+                       cfg_.policy == WindowPolicy::copy ||
                        cfg_.policy == WindowPolicy::random ||
                        (cfg_.shuffle_post_select && cfg_.policy != WindowPolicy::off);
   if (!changes || step < 0 || step % cfg_.control_interval != 0) return false;
@@ -375,7 +378,36 @@ bool Controller::is_update_step(int step) const {
 
 const std::vector<int>& Controller::update(int l, const double* raw, int step, nlohmann::json* trace) {
   if (!is_update_step(step)) return windows(l);
+  if (cfg_.policy == WindowPolicy::copy) return update_copy(l, raw, step, trace);
   return layers_.at(l).update(raw, step, trace);
+}
+
+// Trace line (policy copy): step, layer, use (H, K) as measured, evidence (H, K) after it joined, budget, decay, and
+// at layer 0 the decision: evidence_used (L, H, K: what the solver read) and choice (L, H); windows (H) in force.
+const std::vector<int>& Controller::update_copy(int l, const double* use, int step, nlohmann::json* trace) {
+  AAH_CHECK(use != nullptr, "[controller] update needs the copy use under policy copy");
+  const int L = num_layers(), K = int(cfg_.windows.size());
+  copy_evidence_.resize(size_t(L) * H_ * K, 0.0);
+  if (trace) (*trace)["step"] = step, (*trace)["layer"] = l;
+  if (l == 0 && copy_measured_ > 0) {  // no evidence yet (the first update): the windows stay as they are
+    const std::vector<int> choice = copy_budget_choice(copy_evidence_.data(), L * H_, cfg_.windows, cfg_.pair_budget);
+    for (int m = 0; m < L; m++) {
+      std::vector<int> w(H_);
+      for (int h = 0; h < H_; h++) w[h] = cfg_.windows[choice[size_t(m) * H_ + h]];
+      layers_[m].set_windows(w);
+    }
+    if (trace) (*trace)["evidence_used"] = copy_evidence_, (*trace)["choice"] = choice;
+  }
+  double* ev = copy_evidence_.data() + size_t(l) * H_ * K;
+  copy_evidence_update(ev, use, H_ * K, cfg_.copy_decay);
+  if (l == L - 1) copy_measured_++;
+  if (trace) {
+    (*trace)["use"] = std::vector<double>(use, use + size_t(H_) * K);
+    (*trace)["evidence"] = std::vector<double>(ev, ev + size_t(H_) * K);
+    (*trace)["pair_budget"] = cfg_.pair_budget, (*trace)["copy_decay"] = cfg_.copy_decay;
+    (*trace)["windows"] = layers_[l].windows();
+  }
+  return layers_[l].windows();
 }
 
 void Controller::copy_windows(int* out) const {

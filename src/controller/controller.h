@@ -108,6 +108,7 @@ class LayerController {
   const std::vector<int>& update(const double* input, int step, nlohmann::json* trace);
 
   const std::vector<int>& windows() const { return windows_; }          // (H) W_h in force
+  void set_windows(const std::vector<int>& w) { windows_ = w; }         // policy copy: decided for the whole model
   const std::vector<int>& resolution_index() const { return ctilde_; }  // (H) ctilde_h
   const std::vector<double>& feature_ema() const { return xbar_; }      // (H, 9)
   bool feature_ema_initialised() const { return xbar_init_; }
@@ -169,6 +170,9 @@ class Controller {
   // True when updates read the attention mass within each candidate window (policy coverage): the forward must
   // compute coverage_window_mass on update steps.
   bool needs_mass() const { return cfg_.policy == WindowPolicy::coverage; }
+  // True when updates read the copy use (H, K) of copy_use.h (policy copy): the forward must compute it from the
+  // layer's q, k and the batch's tokens on update steps.
+  bool needs_copy_use() const { return cfg_.policy == WindowPolicy::copy; }
 
   // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` as for
   // LayerController::update.
@@ -194,10 +198,17 @@ class Controller {
   void load(const SafetensorsReader& r, const std::string& prefix = "");
 
  private:
+  // Policy copy: at layer 0 of an update, every layer's windows from the evidence so far (one budget for the
+  // model); then layer l's use (H, K) joins its evidence.
+  const std::vector<int>& update_copy(int l, const double* use, int step, nlohmann::json* trace);
+
   ControllerConfig cfg_;
   int H_;
   std::vector<LayerController> layers_;
+  mutable std::vector<double> copy_evidence_;  // (L, H, K) policy copy: evidence of use beyond each candidate window
+  int copy_measured_ = 0;              // policy copy: updates whose use has joined the evidence
   mutable std::vector<int32_t> save_dims_, save_windows_;
+  mutable int32_t save_copy_measured_ = 0;
 };
 
 }  // namespace aah

@@ -9,7 +9,7 @@
 namespace aah {
 
 const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
-const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage"}};
+const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage", "copy"}};
 
 // ============================================================================================================
 // Knobs: one row per aah.* key of the controller (default: the member's initializer in ControllerConfig)
@@ -44,7 +44,11 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
        "policy coverage: a window's mass is the mean over this share of the queries, those with the least mass in it "
        "(1: all; e.g. 0.02 lets the few queries that reach far decide)"},
       {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
-       "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio"},
+       "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio; policy copy: "
+       "the whole model's exact pair ratio at most (> 0)"},
+      {"aah.copy_decay", &c.copy_decay, in_half_open(0, 1),
+       "policy copy: evidence of use = max(use now, this x evidence before) at each update (0.9: half-life 6.6 "
+       "updates)"},
   };
 }
 
@@ -86,6 +90,10 @@ const std::vector<Regime> kMainRegimes = {
      "need-aware (spec section 10, not the paper's): the smallest window holding aah.coverage of the attention mass"},
     {"coverage_budget_P", {{"policy", "coverage"}, {"pair_budget", "P/1000"}},
      "coverage under the pair budget aah.pair_budget = P / 1000 (e.g. coverage_budget_526: pair ratio <= 0.526)"},
+    {"copy_budget_P", {{"policy", "copy"}, {"pair_budget", "P/1000"}},
+     "copy use (not the paper's): per head the chance-corrected copy mass beyond each window, measured at full "
+     "window on every sequence of the batch, held as evidence; one pair budget P / 1000 for the whole model, the "
+     "windows that lose the least evidence (exact)"},
 };
 
 // One change each; alone they apply on top of full_adaptive, after a main regime joined by '+' on top of it.
@@ -196,6 +204,28 @@ std::vector<std::string> controller_regime_names() {
   return names;
 }
 
+std::string controller_regimes_markdown() {
+  std::string md =
+      "# Regimes\n\n"
+      "Written by `aah --help-regimes --markdown` from the regime table (`kMainRegimes` and `kVariants` in\n"
+      "`src/controller/controller_config.cpp`); a test fails when this file differs from what the binary prints.\n"
+      "Choose one with `--set aah.regime=NAME` or a suite's `--regimes`. A name ending in `_N`, `_W` or `_P` takes a\n"
+      "number there (`control_interval_10`, `fixed_window_64`, `coverage_budget_500`: P / 1000). Variants combine\n"
+      "with a main regime using `+` (`shallow_freeze+shuffle_post_select`); a variant alone applies on top of\n"
+      "`full_adaptive`. Every regime first resets the knobs any regime sets, then sets its own (the `aah.*` keys in\n"
+      "[config.md](config.md)); knobs given after `aah.regime` refine it.\n\n";
+  for (const auto* table : {&kMainRegimes, &kVariants}) {
+    md += table == &kMainRegimes ? "## Main regimes\n\n" : "\n## Variants\n\n";
+    md += "| regime | sets | what it does |\n|---|---|---|\n";
+    for (const Regime& r : *table) {
+      std::string sets;
+      for (const auto& [k, v] : r.sets) sets += (sets.empty() ? "" : ", ") + std::string("aah.") + k + "=" + v;
+      md += std::string("| `") + r.name + "` | `" + sets + "` | " + r.what + " |\n";
+    }
+  }
+  return md;
+}
+
 bool controller_knob_set_by_regimes(const std::string& key) {
   for (const auto* table : {&kMainRegimes, &kVariants})
     for (const Regime& r : *table)
@@ -225,8 +255,14 @@ void controller_validate(const ControllerConfig& cfg) {
            " is not supported (upper levels pair items: every entry but the last must be 2)");
   if (c.policy == WindowPolicy::fixed && c.fixed_window < 1)
     fail("[controller] key 'aah.fixed_window' must be >= 1 for regime '", c.regime, "' (fixed window policy)");
-  if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage)
-    fail("[controller] key 'aah.pair_budget' applies to policy coverage only, regime '", c.regime, "' has policy ",
+  if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage && c.policy != WindowPolicy::copy)
+    fail("[controller] key 'aah.pair_budget' applies to policies coverage and copy only, regime '", c.regime,
+         "' has policy ", window_policy_name(c.policy));
+  if (c.policy == WindowPolicy::copy && !(c.pair_budget > 0))
+    fail("[controller] policy copy needs aah.pair_budget > 0 (the whole model's pair ratio), regime '", c.regime,
+         "' (e.g. regime copy_budget_500)");
+  if (c.copy_decay != ControllerConfig{}.copy_decay && c.policy != WindowPolicy::copy)
+    fail("[controller] key 'aah.copy_decay' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));
   if (c.coverage_tail < 1 && c.policy != WindowPolicy::coverage)
     fail("[controller] key 'aah.coverage_tail' applies to policy coverage only, regime '", c.regime, "' has policy ",

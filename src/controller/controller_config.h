@@ -27,10 +27,11 @@ enum class WindowPolicy {
   deterministic,  // head h gets W[h mod K]
   random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
   coverage,       // need-aware (spec section 10): the smallest window holding aah.coverage of the attention mass
+  copy,           // copy use (copy_use.h): one pair budget for the model, the windows that lose the least copy use
 };
 
 extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
-extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage
+extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage, copy
 inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
 inline const char* window_policy_name(WindowPolicy p) { return enum_name(kWindowPolicyNames, p); }
 
@@ -62,6 +63,7 @@ struct ControllerConfig {
   int coverage_sample = 1;            // policy coverage: sequences of the batch the mass is measured on (the first)
   double coverage_tail = 1;           // policy coverage: a window's mass is the mean over this share of the queries,
                                       // those with the least mass in it (1: every query, the plain mean)
+  double copy_decay = 0.9;            // policy copy: evidence = max(use now, copy_decay x evidence before) per update
   double pair_budget = 0;             // policy coverage: 0 off; else per layer the windows of most mass with exact
                                       // pair ratio <= pair_budget (greedy by mass gained per pair), replacing coverage
   uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
@@ -82,6 +84,9 @@ std::vector<int> controller_default_windows(int T);
 void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
 // Names accepted by controller_apply_regime (main regimes, then variants; "_N" / "_W" stand for a number).
 std::vector<std::string> controller_regime_names();
+// docs/regimes.md: the regime table as Markdown (name, the knobs it sets, what it does), written from the rows
+// (aah --help-regimes --markdown); a test keeps the committed file equal to it.
+std::string controller_regimes_markdown();
 // True when some regime sets the knob `key` ("aah.topology"): applying any regime resets it.
 bool controller_knob_set_by_regimes(const std::string& key);
 // Checks ranges (the knob table's) and relations; errors name the knob ("[controller] key 'aah.tau' ...").

@@ -2,6 +2,7 @@
 #include "controller/controller.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "io/safetensors.h"
@@ -192,6 +193,13 @@ void Controller::save(SafetensorsWriter& w, const std::string& prefix) const {
   w.add_raw(prefix + "controller.candidate_windows", "I32", save_windows_.data(), save_windows_.size() * 4,
             {int64_t(save_windows_.size())});
   for (const auto& lc : layers_) lc.save(w, prefix);
+  if (needs_copy_use()) {  // policy copy: the evidence and how many updates it holds, for an exact resume
+    copy_evidence_.resize(size_t(layers_.size()) * H_ * cfg_.windows.size(), 0.0);
+    save_copy_measured_ = copy_measured_;
+    w.add_raw(prefix + "controller.copy_evidence", "F64", copy_evidence_.data(), copy_evidence_.size() * 8,
+              {int64_t(layers_.size()), H_, int64_t(cfg_.windows.size())});
+    w.add_raw(prefix + "controller.copy_measured", "I32", &save_copy_measured_, 4, {1});
+  }
 }
 
 void Controller::load(const SafetensorsReader& r, const std::string& prefix) {
@@ -208,7 +216,18 @@ void Controller::load(const SafetensorsReader& r, const std::string& prefix) {
   }
   std::vector<LayerController> loaded = layers_;  // all or nothing: a bad layer leaves this controller unchanged
   for (auto& lc : loaded) lc.load(r, prefix);
+  std::vector<double> evidence(size_t(layers_.size()) * H_ * cfg_.windows.size());
+  int32_t measured = 0;
+  if (needs_copy_use()) {
+    r.read_raw(prefix + "controller.copy_evidence", "F64", evidence.data(),
+               {int64_t(layers_.size()), H_, int64_t(cfg_.windows.size())});
+    r.read_raw(prefix + "controller.copy_measured", "I32", &measured, {1});
+    if (measured < 0) fail("[controller] ", r.path(), ": tensor '", prefix, "controller.copy_measured' is negative");
+    for (double e : evidence)
+      if (!std::isfinite(e)) fail("[controller] ", r.path(), ": tensor '", prefix, "controller.copy_evidence' is not finite");
+  }
   layers_ = std::move(loaded);
+  copy_evidence_ = std::move(evidence), copy_measured_ = measured;
 }
 
 }  // namespace aah

@@ -66,9 +66,16 @@ double measure_cpu_capacity(int n, double seconds) {
   return share_sum;
 }
 
+namespace {
+int g_all_threads = 0;      // the CPUs OpenMP saw at start; 0 when the team is not ours to change
+double g_last_check = 0;    // now_seconds() of the last capacity measurement
+}  // namespace
+
 int choose_thread_count() {
   const int n = omp_get_max_threads();
   if (std::getenv("OMP_NUM_THREADS") || n <= 1) return n;
+  g_all_threads = n;
+  g_last_check = now_seconds();
   // the larger of two samples: a passing task can only make one look smaller
   const double capacity = std::max(measure_cpu_capacity(n, 0.02), measure_cpu_capacity(n, 0.02));
   const int free_cores = std::clamp(int(capacity + 0.25), 1, n);
@@ -78,6 +85,17 @@ int choose_thread_count() {
                  "OMP_NUM_THREADS=%d forces all\n", free_cores, n, free_cores, free_cores == 1 ? "" : "s", n);
   }
   return free_cores;
+}
+
+void thread_count_recheck() {
+  constexpr double kEvery = 30;  // seconds between measurements: 20 ms each, under 0.1% of the time
+  if (g_all_threads <= 1 || now_seconds() - g_last_check < kEvery) return;
+  const int free_cores = std::clamp(int(measure_cpu_capacity(g_all_threads, 0.02) + 0.25), 1, g_all_threads);
+  g_last_check = now_seconds();
+  if (free_cores == omp_get_max_threads()) return;
+  omp_set_num_threads(free_cores);
+  std::fprintf(stderr, "[aah] %d of %d cores free now: %d OpenMP thread%s (results do not depend on it)\n", free_cores,
+               g_all_threads, free_cores, free_cores == 1 ? "" : "s");
 }
 
 std::string format_duration(double s) {

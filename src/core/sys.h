@@ -19,10 +19,15 @@ double measure_cpu_capacity(int n, double seconds);
 // OpenMP's team size for this process, unless OMP_NUM_THREADS is set: the CPUs OpenMP sees, reduced to the
 // capacity measured at start (measure_cpu_capacity, twice 20 ms) when other processes keep some of them busy. A team
 // larger than the free cores waits at every barrier for a thread that is not running: a tiny model measured 7.6x
-// slower with 2 threads beside one busy process, and equal with 1 thread (README, "Busy machines"). Returns the
-// team size chosen, and says so on stderr when it is smaller than the CPUs. Results depend on the team size (float
-// reduction order): set OMP_NUM_THREADS for bit-identical reruns on a machine whose load changes.
+// slower with 2 threads beside one busy process, and equal with 1 thread (docs/building.md, "Busy machines").
+// Returns the team size chosen, and says so on stderr when it is smaller than the CPUs. Results do not depend on the
+// team size (reductions run in a fixed order over fixed chunks, kernels/cpu/gemm.h), so the choice changes speed
+// only, and a start that caught a passing process is corrected by thread_count_recheck.
 int choose_thread_count();
+// During a long job (called after every training step; it costs a clock read): at most every 30 s, measures the
+// capacity again (20 ms) and sets the team to the cores free now, raising it when a core held at start came free and
+// lowering it when another process took one. Does nothing under OMP_NUM_THREADS or on one CPU.
+void thread_count_recheck();
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // OpenBLAS (Debian 12: 0.3.21) picks its kernels at load time from the CPU model. A CPU newer than it knows falls
 // back to "Prescott" (SSE3 kernels): on an Intel Xeon model 207 (AVX-512) that measured 50-64 GFLOP/s for an sgemm

@@ -8,7 +8,7 @@ namespace {
 
 const std::vector<std::string> kMain = {"full", "grouping_off", "full_adaptive", "shallow_freeze", "deep_reuse"};
 
-// The README's main job. Brown with a 4,096-token BPE (1.59M training tokens), a 4.3M-parameter model (4 layers,
+// The main job (docs/main-job.md). Brown with a 4,096-token BPE (1.59M training tokens), a 4.3M-parameter model (4 layers,
 // 8 heads of 32, width 256), context 256 with windows 32/64/128/256, 300 steps of 8 x 256 tokens (~0.4 epoch):
 // about 2.5 minutes per regime on 2 cores, so the five regimes, their evaluations and the report take ~15 minutes.
 // Validation loss falls from 8.3 (uniform) to ~5 in that budget: enough learning for the regimes to differ.
@@ -23,7 +23,7 @@ std::vector<std::string> cpu_small_sets(int steps) {
 
 constexpr int kCpuSmallSteps = 300;
 
-// The README's main job (preset "main"): a context where attention is about half of a full-window training step
+// The main job (preset "main", docs/main-job.md): a context where attention is about half of a full-window training step
 // (measured: `aah bench train --preset main`), so that windows can pay. Brown with a 1,024-token BPE (2.18M training
 // tokens; documents average ~4,500 tokens, so a 2,048-token context sees long-range text), a 1.0M-parameter model
 // (4 layers, 4 heads of 32, width 128), context 2048 with windows 256/512/1024/2048, 200 steps of 1 x 2048 tokens.
@@ -74,7 +74,7 @@ std::vector<std::string> long_sets(int steps) {
 }
 constexpr int kLongSteps = 300;
 
-// The retrieval preset's synth corpus, tuned by measurement (README, "Retrieval"): 32 keys, each defined at most
+// The retrieval preset's synth corpus, tuned by measurement (docs/retrieval.md): 32 keys, each defined at most
 // once per 256-token document and consecutive documents from alternate halves (no older DEF of an asked key to
 // confuse), 16 values, a DEF at 8% of the grammar
 // positions, DEF-to-ASK distances log-uniform in [4, 200] (as many short questions as long: the short ones teach

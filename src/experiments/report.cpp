@@ -3,6 +3,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "experiments/stats.h"
 #include "experiments/svg.h"
 #include "io/files.h"
 #include "model/config.h"
@@ -104,6 +106,27 @@ double value_of(const RunData& r, const Column& c) {
   return c.eval ? r.eval[c.key].get<double>() : r.train.at(c.key);
 }
 
+// Markdown text as HTML text: escaped, `code` spans as <code> (a lone backtick stays as it is).
+std::string html_text(const std::string& md) {
+  std::string o;
+  for (size_t at = 0; at < md.size();) {
+    const size_t open = md.find('`', at), close = open == std::string::npos ? open : md.find('`', open + 1);
+    if (close == std::string::npos) {
+      o += svg_escape(md.substr(at));
+      break;
+    }
+    o += svg_escape(md.substr(at, open - at)) + "<code>" + svg_escape(md.substr(open + 1, close - open - 1)) + "</code>";
+    at = close + 1;
+  }
+  return o;
+}
+
+// A paragraph of markdown text (a trailing newline dropped).
+std::string html_paragraph(std::string md) {
+  while (!md.empty() && md.back() == '\n') md.pop_back();
+  return "<p>" + html_text(md) + "</p>\n";
+}
+
 // A markdown list ("* item\n" per line) as an HTML <ul>, bold markers dropped.
 std::string html_list(const std::string& md) {
   std::string html = "<ul>\n";
@@ -111,7 +134,7 @@ std::string html_list(const std::string& md) {
     const size_t end = md.find('\n', at);
     std::string item = md.substr(at + 2, end - at - 2);
     std::erase(item, '*');
-    html += "<li>" + svg_escape(item) + "</li>\n";
+    html += "<li>" + html_text(item) + "</li>\n";
     at = end + 1;
   }
   return html + "</ul>\n";
@@ -135,6 +158,15 @@ json interval_json(const MeanInterval& m) { return {{"n", m.n}, {"mean", m.mean}
 // The same, with null numbers when no value was finite (n = 0: e.g. a loss no seed reached).
 json interval_json_or_null(const MeanInterval& m) {
   return m.n ? interval_json(m) : json{{"n", 0}, {"mean", nullptr}, {"lo95", nullptr}, {"hi95", nullptr}};
+}
+// A paired difference's interval json `j` with its 90% interval and the equivalence bound (null below two seeds).
+json with_equivalence(json j, const MeanInterval& d) {
+  const Interval i = interval90(d);
+  const bool two = d.n >= 2;
+  j["lo90"] = two ? json(i.lo) : json(nullptr);
+  j["hi90"] = two ? json(i.hi) : json(nullptr);
+  j["equiv_bound90"] = two ? json(equivalence_bound90(d)) : json(nullptr);
+  return j;
 }
 
 std::string safe_name(const std::string& s) {
@@ -163,11 +195,24 @@ struct Table {
   std::vector<std::vector<std::string>> rows;
 };
 
+// A column of numbers: some cell starts like one ("0.93", "-0.01", "+3"; others may read "not reached"), or none
+// reads like text ("off", "[2,2]"): a column of "–" stays aligned with its neighbours.
+bool numeric_column(const Table& t, size_t col) {
+  bool text = false;
+  for (const auto& row : t.rows) {
+    if (col >= row.size() || row[col].empty()) continue;
+    const std::string& c = row[col];
+    if (std::isdigit(static_cast<unsigned char>(c[0])) || ((c[0] == '-' || c[0] == '+') && c.size() > 1)) return true;
+    text |= std::isalpha(static_cast<unsigned char>(c[0])) || c[0] == '[';
+  }
+  return !text;
+}
+
 std::string markdown(const Table& t) {
   std::string o = "|";
   for (const auto& h : t.header) o += " " + h + " |";
   o += "\n|";
-  for (size_t i = 0; i < t.header.size(); i++) o += i ? "---:|" : "---|";
+  for (size_t i = 0; i < t.header.size(); i++) o += i && numeric_column(t, i) ? "---:|" : "---|";
   o += "\n";
   for (const auto& row : t.rows) {
     o += "|";
@@ -177,16 +222,72 @@ std::string markdown(const Table& t) {
   return o;
 }
 
+// The report's <head>: a page that reads at a desktop width and on a narrow screen. Tables scroll sideways in their
+// box when wider than the page; figures shrink to fit it and sit side by side where there is room (the small
+// window maps), each caption as wide as its figure.
+std::string html_head() {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n<title>aah suite report</title>\n"
+         "<style>\n"
+         "body{font-family:\"DejaVu Sans\",Arial,sans-serif;font-size:15px;line-height:1.45;max-width:1200px;"
+         "margin:2em auto;padding:0 1em;color:#222}\n"
+         "p,ul{max-width:58em}li{margin:0.2em 0}h2{margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:0.2em}\n"
+         "code{font-size:0.92em;background:#f2f2f2;padding:0 0.2em;border-radius:3px}\n"
+         "div.table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse;font-size:0.93em}\n"
+         "th,td{border:1px solid #ccc;padding:4px 7px}th{background:#f2f2f2;vertical-align:bottom}\n"
+         "tr:nth-child(even) td{background:#fafafa}td.n{text-align:right;white-space:nowrap;"
+         "font-variant-numeric:tabular-nums}td.flag{color:#888}\n"
+         "figure{display:inline-table;vertical-align:top;margin:1em 1.5em 1.5em 0}"
+         "figure svg{display:block;max-width:100%;height:auto}\n"
+         "figcaption{display:table-caption;caption-side:bottom;color:#555;font-size:0.9em;padding-top:0.3em}\n"
+         "</style>\n</head>\n<body>\n";
+}
+
+// The tables' columns of the logs' throughput ("during training", "during eval"): measured while the runs of a
+// suite ran one after another on a machine that may have been busy, so their intervals are mostly noise
+// (39,755 ± 23,041). report.json, runs.csv and summary.csv keep them; the side-by-side timing is the result.
+const char* const kLoggedThroughput[] = {"tokens/s during training", "tokens/s during eval", "Δ inference tokens/s"};
+
+// The table a reader sees: t without the logged-throughput columns.
+Table shown(const Table& t) {
+  std::vector<size_t> keep;
+  for (size_t i = 0; i < t.header.size(); i++)
+    if (std::find(std::begin(kLoggedThroughput), std::end(kLoggedThroughput), t.header[i]) == std::end(kLoggedThroughput))
+      keep.push_back(i);
+  Table o;
+  for (size_t i : keep) o.header.push_back(t.header[i]);
+  for (const auto& row : t.rows) {
+    o.rows.emplace_back();
+    for (size_t i : keep) o.rows.back().push_back(i < row.size() ? row[i] : std::string());
+  }
+  return o;
+}
+
+// A header cell's text, free to break after an underscore: "deterministic_window window" is no wider than its words.
+std::string header_html(const std::string& h) {
+  std::string o;
+  for (char c : svg_escape(h)) o += c == '_' ? std::string("_<wbr/>") : std::string(1, c);
+  return o;
+}
+
+// An HTML table in a box that scrolls sideways when the table is wider than the page; numbers right-aligned on one
+// line, text columns left-aligned, a timing flagged " !" (stat_cell: not a result) greyed out.
 std::string html_table(const Table& t) {
-  std::string o = "<table>\n<tr>";
-  for (const auto& h : t.header) o += "<th>" + svg_escape(h) + "</th>";
+  std::string o = "<div class=\"table\"><table>\n<tr>";
+  for (const auto& h : t.header) o += "<th>" + header_html(h) + "</th>";
   o += "</tr>\n";
+  std::vector<bool> numeric;
+  for (size_t i = 0; i < t.header.size(); i++) numeric.push_back(i > 0 && numeric_column(t, i));
   for (const auto& row : t.rows) {
     o += "<tr>";
-    for (size_t i = 0; i < row.size(); i++) o += (i ? "<td class=\"n\">" : "<td>") + svg_escape(row[i]) + "</td>";
+    for (size_t i = 0; i < row.size(); i++) {
+      std::string cls = i < numeric.size() && numeric[i] ? "n" : "";
+      if (row[i].ends_with(" !")) cls += cls.empty() ? "flag" : " flag";
+      o += (cls.empty() ? "<td>" : "<td class=\"" + cls + "\">") + svg_escape(row[i]) + "</td>";
+    }
     o += "</tr>\n";
   }
-  return o + "</table>\n";
+  return o + "</table></div>\n";
 }
 
 std::string csv_field(const std::string& s) {
@@ -293,13 +394,221 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
   return o;
 }
 
-// A paired difference in words: an interval that excludes 0 is a difference, else "no difference detected".
+// A paired difference in words: an interval that excludes 0 is a difference, else "no difference detected" with the
+// equivalence bound the data support. One seed gives no interval, and no claim.
 std::string verdict(const MeanInterval& d, int decimals, const char* unit) {
-  if (d.n < 2) return str_cat(fixed(d.mean, decimals), unit, " (one seed: no interval, no claim)");
+  if (d.n == 0) return "no seed paired with full: no claim";
+  if (d.n < 2) return str_cat(fixed(d.mean, decimals), unit, " (one seed: no claim)");
   const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "]");
   if (d.lo > 0) return str_cat("higher by ", fixed(d.mean, decimals), unit, " (", ci, ")");
   if (d.hi < 0) return str_cat("lower by ", fixed(-d.mean, decimals), unit, " (", ci, ")");
-  return str_cat("no difference detected (", d.mean >= 0 ? "+" : "", fixed(d.mean, decimals), unit, ", ", ci, ")");
+  return str_cat("no difference detected (", d.mean >= 0 ? "+" : "", fixed(d.mean, decimals), unit, ", ", ci,
+                 ", equivalent within ±", fixed(equivalence_bound90(d), decimals), unit, ")");
+}
+
+// How the summary reads a paired difference from full: with a 95% interval and the equivalence bound (two or more
+// seeds), or, from one seed, no claim at all.
+std::string differences_note(bool several_seeds) {
+  if (!several_seeds)
+    return "One seed per regime: no interval, so no difference from full is claimed either way (each reads \"one seed: "
+           "no claim\"). ";
+  return "Differences from full are paired by seed (regime - full, same seed), with a 95% t-interval over the seeds; "
+         "an interval that contains 0 reads \"no difference detected\", beside the equivalence bound the data support: "
+         "\"equivalent within ±B\" where B = max(|low|, |high|) of the 90% t-interval, so two one-sided tests at 5% "
+         "exclude any larger difference. One seed gives no interval: it reads \"one seed: no claim\". ";
+}
+
+// The runs of regime g, in run order.
+std::vector<const RunData*> regime_runs(const std::vector<RunData>& runs, const std::string& g) {
+  std::vector<const RunData*> v;
+  for (const auto& r : runs)
+    if (r.regime == g) v.push_back(&r);
+  return v;
+}
+
+// The run of `seed` among rs, or null.
+const RunData* seed_run(const std::vector<const RunData*>& rs, int seed) {
+  for (const RunData* r : rs)
+    if (r->seed == seed) return r;
+  return nullptr;
+}
+
+// A per-run number over the runs rs (mean, interval) and its paired difference from full's run of the same seed.
+template <class F>
+std::pair<MeanInterval, MeanInterval> paired_over_seeds(const std::vector<const RunData*>& rs,
+                                                        const std::vector<const RunData*>& full, const F& value) {
+  std::vector<double> v, d;
+  for (const RunData* r : rs) {
+    v.push_back(value(*r));
+    for (const RunData* f : full)
+      if (f->seed == r->seed) d.push_back(value(*r) - value(*f));
+  }
+  return {mean_interval(v), mean_interval(d)};
+}
+
+// One row of summary.csv: regime,source,metric,n,mean,lo95,hi95.
+std::string summary_csv_row(const std::string& g, const std::string& source, const std::string& metric, int n,
+                            double mean, double lo, double hi) {
+  return str_cat(csv_field(g), ",", source, ",", csv_field(metric), ",", n, ",", full_precision(mean), ",",
+                 full_precision(lo), ",", full_precision(hi), "\n");
+}
+
+// Retrieval is kept, all or nothing per seed, when a run's accuracy at the farthest DEF-ASK distance bucket is at
+// least this.
+constexpr double kRetrievalKept = 0.95;
+
+using RetrievalBucket = std::pair<int, json>;  // (lo, hi: null for the open last bucket)
+
+// The distance buckets of the first run that has a retrieval evaluation (none without).
+std::vector<RetrievalBucket> retrieval_buckets(const std::vector<RunData>& runs) {
+  std::vector<RetrievalBucket> buckets;
+  for (const auto& r : runs)
+    if (r.eval.contains("retrieval") && buckets.empty())
+      for (const auto& b : r.eval["retrieval"]["buckets"])
+        buckets.push_back({b["lo"].get<int>(), b.value("hi", json())});
+  return buckets;
+}
+
+// "0-63", "128+".
+std::string bucket_label(const RetrievalBucket& b) {
+  return str_cat(b.first, b.second.is_number() ? str_cat("-", b.second.get<int>() - 1) : "+");
+}
+
+// A run's retrieval accuracy in the bucket starting at lo; NaN without a retrieval evaluation or a question there.
+double retrieval_accuracy(const RunData& r, int lo) {
+  if (!r.eval.contains("retrieval")) return NAN;
+  for (const auto& b : r.eval["retrieval"]["buckets"])
+    if (b["lo"].get<int>() == lo && b["accuracy"].is_number()) return b["accuracy"].get<double>();
+  return NAN;
+}
+
+struct KeptCount {
+  Proportion kept;         // k of n seeds kept retrieval, with the Clopper-Pearson 95% interval
+  std::vector<int> seeds;  // the n seeds counted
+};
+
+// The runs rs that kept retrieval in the bucket at lo, counted over the seeds whose full run (`full`, same seed)
+// kept it there; over all of rs when `full` is empty (full itself, or a suite without full).
+KeptCount retrieval_kept(const std::vector<const RunData*>& rs, const std::vector<const RunData*>& full, int lo) {
+  KeptCount c;
+  int k = 0;
+  for (const RunData* r : rs) {
+    const RunData* f = seed_run(full, r->seed);
+    const bool full_kept = full.empty() || (f && retrieval_accuracy(*f, lo) >= kRetrievalKept);
+    const double acc = retrieval_accuracy(*r, lo);
+    if (!full_kept || !std::isfinite(acc)) continue;
+    c.seeds.push_back(r->seed);
+    k += acc >= kRetrievalKept;
+  }
+  c.kept = clopper_pearson(k, int(c.seeds.size()));
+  return c;
+}
+
+json kept_json(const KeptCount& c, const RetrievalBucket& far, bool only_full_kept) {
+  const Proportion& p = c.kept;
+  return {{"threshold", kRetrievalKept},
+          {"bucket_lo", far.first},
+          {"bucket_hi", far.second},
+          {"k", p.k},
+          {"n", p.n},
+          {"fraction", p.n ? json(double(p.k) / p.n) : json()},
+          {"lo95", p.lo},
+          {"hi95", p.hi},
+          {"interval", "clopper-pearson"},
+          {"seeds", c.seeds},
+          {"only_seeds_full_kept", only_full_kept}};
+}
+
+// "- **g**: retrieval kept in k of n seeds (95% CI [lo, hi], Clopper-Pearson).\n"
+std::string kept_sentence(const std::string& g, const KeptCount& c) {
+  const Proportion& p = c.kept;
+  if (p.n == 0)
+    return str_cat("- **", g, "**: no seed to count (",
+                   g == "full" ? "no retrieval accuracy at that distance" : "full kept retrieval in none of its seeds",
+                   ").\n");
+  return str_cat("- **", g, "**: retrieval kept in ", p.k, " of ", p.n, " seeds (95% CI [", fixed(p.lo, 3), ", ",
+                 fixed(p.hi, 3), "], Clopper-Pearson).\n");
+}
+
+// The summary's retrieval verdict for a regime from its paired differences from full, (bucket label, Δ) per bucket.
+std::string retrieval_verdict(const std::vector<std::pair<std::string, MeanInterval>>& deltas) {
+  std::string differs;
+  double bound = 0;
+  int paired = 0;
+  for (const auto& [label, d] : deltas) {
+    paired = std::max(paired, d.n);
+    if (d.n < 2) continue;
+    bound = std::max(bound, equivalence_bound90(d));
+    if (d.lo > 0 || d.hi < 0)
+      differs +=
+          str_cat(differs.empty() ? "" : ", ", "distance ", label, ": ", d.mean > 0 ? "+" : "", fixed(d.mean, 3));
+  }
+  if (paired == 0) return "no seed paired with full: no claim";
+  if (paired < 2) return "one seed: no claim";
+  if (!differs.empty()) return "differs at " + differs;
+  return str_cat("no difference detected in any distance bucket (equivalent within ±", fixed(bound, 3),
+                 " in every bucket)");
+}
+
+// Retrieval accuracy by DEF-ASK distance (synth data): per regime the mean over seeds and the paired difference
+// from full per bucket, and the all-or-nothing count of seeds that kept retrieval at the farthest distance.
+struct RetrievalSection {
+  Table table;          // accuracy per bucket, mean over seeds
+  std::string kept_md;  // kept_sentence per regime
+  std::string note;     // what "kept" means and which seeds count
+  std::string summary;  // the summary's line per regime but full
+  std::string csv;      // summary.csv rows, source "retrieval"
+  json regimes = json::array();
+};
+
+// One regime's part of the section.
+void retrieval_add_regime(RetrievalSection& s, const std::string& g, const std::vector<RunData>& runs,
+                          const std::vector<RetrievalBucket>& buckets, const RetrievalBucket& far) {
+  const auto rs = regime_runs(runs, g), full = regime_runs(runs, "full");
+  std::vector<std::string> row = {g};
+  json jr = {{"regime", g}, {"buckets", json::array()}};
+  std::vector<std::pair<std::string, MeanInterval>> deltas;
+  for (const RetrievalBucket& b : buckets) {
+    const int lo = b.first;
+    const auto [m, d] = paired_over_seeds(rs, full, [lo](const RunData& r) { return retrieval_accuracy(r, lo); });
+    row.push_back(cell(m, 3));
+    jr["buckets"].push_back({{"lo", lo}, {"hi", b.second}, {"accuracy", interval_json(m)},
+                             {"delta_vs_full", with_equivalence(interval_json(d), d)}});
+    deltas.push_back({bucket_label(b), d});
+    s.csv += summary_csv_row(g, "retrieval", "accuracy_" + bucket_label(b), m.n, m.mean, m.lo, m.hi);
+  }
+  const bool only_full_kept = g != "full" && !full.empty();
+  const KeptCount kept = retrieval_kept(rs, only_full_kept ? full : std::vector<const RunData*>(), far.first);
+  const Proportion& p = kept.kept;
+  jr["kept"] = kept_json(kept, far, only_full_kept);
+  s.csv += summary_csv_row(g, "retrieval", "kept", p.n, p.n ? double(p.k) / p.n : NAN, p.lo, p.hi);
+  s.kept_md += kept_sentence(g, kept);
+  s.table.rows.push_back(row);
+  s.regimes.push_back(jr);
+  if (only_full_kept)
+    s.summary += str_cat("- **", g, "** retrieval accuracy vs full: ", retrieval_verdict(deltas), ".\n");
+}
+
+RetrievalSection retrieval_section(const std::vector<RunData>& runs, const std::vector<std::string>& regimes) {
+  RetrievalSection s;
+  const std::vector<RetrievalBucket> buckets = retrieval_buckets(runs);
+  if (buckets.empty()) return s;
+  const RetrievalBucket far = *std::max_element(buckets.begin(), buckets.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first;
+  });
+  s.table.header = {"regime"};
+  for (const RetrievalBucket& b : buckets) s.table.header.push_back("accuracy " + bucket_label(b));
+  for (const auto& g : regimes) retrieval_add_regime(s, g, runs, buckets, far);
+  const bool have_full = std::find(regimes.begin(), regimes.end(), "full") != regimes.end();
+  s.note = str_cat(
+      "Kept: a run keeps retrieval when its accuracy at the farthest distance (", bucket_label(far), ") is at least ",
+      fixed(kRetrievalKept, 2), ". That is all or nothing per seed, so it is counted: k of n seeds, with the exact "
+      "binomial (Clopper-Pearson) 95% interval for k / n, which stays within [0, 1]. ",
+      have_full ? "Only the seeds whose full-attention run itself kept retrieval there count for the other regimes "
+                  "(a regime cannot keep what full never had); full's count is over all its seeds. "
+                : "No full run: every seed counts. ",
+      "Accuracy cells: mean over seeds ± half-width of the 95% t-interval.");
+  return s;
 }
 
 }  // namespace
@@ -446,36 +755,6 @@ void report_check_probe(const json& p, int layers, int heads, const std::string&
   }
 }
 
-double t_quantile_975(int df) {
-  // Exact to the printed digits for df <= 30 (standard tables); above, the Cornish-Fisher expansion around the
-  // normal quantile, within 2e-4 of the exact value.
-  static const double kTable[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
-  AAH_CHECK(df >= 1);
-  if (df <= 30) return kTable[df - 1];
-  const double z = 1.959963984540054, n = df;
-  return z + (z * z * z + z) / (4 * n) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n) +
-         (3 * std::pow(z, 7) + 19 * std::pow(z, 5) + 17 * z * z * z - 15 * z) / (384 * n * n * n);
-}
-
-MeanInterval mean_interval(const std::vector<double>& x) {
-  MeanInterval m;
-  double sum = 0;
-  for (double v : x)
-    if (std::isfinite(v)) sum += v, m.n++;
-  if (m.n == 0) return m;
-  m.mean = sum / m.n;
-  m.lo = m.hi = m.mean;
-  if (m.n < 2) return m;
-  double ss = 0;
-  for (double v : x)
-    if (std::isfinite(v)) ss += (v - m.mean) * (v - m.mean);
-  const double half = t_quantile_975(m.n - 1) * std::sqrt(ss / (m.n - 1) / m.n);
-  m.lo = m.mean - half, m.hi = m.mean + half;
-  return m;
-}
-
 void report_write(const std::string& dir) {
   // The runs: every DIR/runs/<name>/ with an eval.json (unfinished ones are listed, not tabled).
   std::vector<std::string> names, unfinished;
@@ -520,23 +799,12 @@ void report_write(const std::string& dir) {
   });
   if (auto it = std::find(regimes.begin(), regimes.end(), "full"); it != regimes.end())
     std::rotate(regimes.begin(), it, it + 1);
-  auto runs_of = [&](const std::string& g) {
-    std::vector<const RunData*> v;
-    for (const auto& r : runs)
-      if (r.regime == g) v.push_back(&r);
-    return v;
-  };
+  auto runs_of = [&](const std::string& g) { return regime_runs(runs, g); };
   const bool have_full = std::find(regimes.begin(), regimes.end(), "full") != regimes.end();
   // Paired difference from full attention: per seed present in both.
   // A per-run number over regime g's seeds (mean, interval) and its paired difference from full (same seeds).
   auto over_seeds = [&](const std::string& g, const auto& value) {
-    std::vector<double> v, d;
-    for (const RunData* r : runs_of(g)) {
-      v.push_back(value(*r));
-      for (const RunData* f : runs_of("full"))
-        if (f->seed == r->seed) d.push_back(value(*r) - value(*f));
-    }
-    return std::pair{mean_interval(v), mean_interval(d)};
+    return paired_over_seeds(runs_of(g), runs_of("full"), value);
   };
   auto paired = [&](const std::string& g, const Column& c) {
     return over_seeds(g, [&](const RunData& r) { return value_of(r, c); }).second;
@@ -600,9 +868,9 @@ void report_write(const std::string& dir) {
       const MeanInterval dt = paired(g, kTrainColumns[0]), de = paired(g, kEvalColumns[0]),
                          ds = paired(g, kEvalColumns[5]);
       diff_t.rows.push_back({g, std::to_string(dt.n), cell(dt, 4), cell(de, 4), cell(ds, 0)});
-      jr["paired_vs_full"] = {{"train_val_loss", interval_json(dt)},
-                              {"eval_val_loss", interval_json(de)},
-                              {"eval_tokens_per_s", interval_json(ds)}};
+      jr["paired_vs_full"] = {{"train_val_loss", with_equivalence(interval_json(dt), dt)},
+                              {"eval_val_loss", with_equivalence(interval_json(de), de)},
+                              {"eval_tokens_per_s", with_equivalence(interval_json(ds), ds)}};
     }
     out["regimes"].push_back(jr);
   }
@@ -642,7 +910,7 @@ void report_write(const std::string& dir) {
     const double time_ratio = t.is_null() ? NAN : g == "full" ? 1.0 : t["train_ratio"]["median"].get<double>();
     const bool time_flagged = !t.is_null() && g != "full" && t["train_ratio"]["flagged"].get<bool>();
     headline.push_back({{"regime", g},
-                        {"delta_val_loss", interval_json(d)},
+                        {"delta_val_loss", with_equivalence(interval_json(d), d)},
                         {"step_time_ratio", t.is_null() ? json(nullptr) : json(time_ratio)},
                         {"step_time_ratio_flagged", time_flagged},
                         {"work_ratio", work_ratio}});
@@ -702,7 +970,7 @@ void report_write(const std::string& dir) {
                         {"time_to_full_loss_s", interval_json_or_null(mt)},
                         {"ratio_to_full", interval_json_or_null(mr)},
                         {"reached", have_full ? json(mt.n) : json(nullptr)},
-                        {"delta_val_loss_at_equal_time", interval_json_or_null(me)}});
+                        {"delta_val_loss_at_equal_time", with_equivalence(interval_json_or_null(me), me)}});
     for (const auto& [metric, m] : {std::pair{"train_time_s", ms}, std::pair{"time_to_full_loss_s", mt},
                                     std::pair{"time_to_full_loss_ratio", mr},
                                     std::pair{"delta_val_loss_at_equal_time", me}})
@@ -739,42 +1007,10 @@ void report_write(const std::string& dir) {
       "compared with full stopped at the same cost. The runs of a suite train one after another: their times compare "
       "as far as the machine's load stayed the same.";
 
-  // Retrieval accuracy by DEF-ASK distance (synth data): per regime mean over seeds, paired difference from full.
-  Table retr_t;
-  std::vector<std::pair<int, json>> retr_buckets;  // (lo, hi) of the first run that has them
-  for (const auto& r : runs)
-    if (r.eval.contains("retrieval") && retr_buckets.empty())
-      for (const auto& b : r.eval["retrieval"]["buckets"]) retr_buckets.push_back({b["lo"].get<int>(), b.value("hi", json())});
-  auto bucket_acc = [](const RunData& r, int lo) -> double {
-    if (!r.eval.contains("retrieval")) return NAN;
-    for (const auto& b : r.eval["retrieval"]["buckets"])
-      if (b["lo"].get<int>() == lo && b["accuracy"].is_number()) return b["accuracy"].get<double>();
-    return NAN;
-  };
-  json retrieval_json = json::array();
-  if (!retr_buckets.empty()) {
-    retr_t.header = {"regime"};
-    for (const auto& [lo, hi] : retr_buckets)
-      retr_t.header.push_back(str_cat("accuracy ", lo, hi.is_number() ? str_cat("-", hi.get<int>() - 1) : "+"));
-    for (const auto& g : regimes) {
-      std::vector<std::string> row = {g};
-      json jr = {{"regime", g}, {"buckets", json::array()}};
-      std::string lost;
-      for (const auto& [lo, hi] : retr_buckets) {
-        const auto [m, d] = over_seeds(g, [&, lo = lo](const RunData& r) { return bucket_acc(r, lo); });
-        row.push_back(cell(m, 3));
-        jr["buckets"].push_back({{"lo", lo}, {"hi", hi}, {"accuracy", interval_json(m)}, {"delta_vs_full", interval_json(d)}});
-        if (g != "full" && d.n >= 2 && (d.lo > 0 || d.hi < 0))
-          lost += str_cat(lost.empty() ? "" : ", ", "distance ", lo, hi.is_number() ? str_cat("-", hi.get<int>() - 1) : "+",
-                          ": ", d.mean > 0 ? "+" : "", fixed(d.mean, 3));
-      }
-      retr_t.rows.push_back(row);
-      retrieval_json.push_back(jr);
-      if (g != "full" && have_full)
-        summary_md += str_cat("- **", g, "** retrieval accuracy vs full: ",
-                              lost.empty() ? "no difference detected in any distance bucket" : "differs at " + lost, ".\n");
-    }
-  }
+  // Retrieval accuracy by DEF-ASK distance (synth data), with the seeds that kept retrieval at the farthest distance.
+  const RetrievalSection retr = retrieval_section(runs, regimes);
+  summary_md += retr.summary;  // empty without full
+  csv_summary += retr.csv;
 
   // The heads that matter (probe.json of a full run, synth data): per head the attention mass on the DEF and the
   // retrieval accuracy drop when that head alone is cut, beside each regime's final window of the same (layer,
@@ -865,6 +1101,7 @@ void report_write(const std::string& dir) {
     if (pos_starts.empty()) break;
     SvgSeries a, d;
     a.name = d.name = g;
+    d.color = int(pos_chart.series.size());  // full has no Δ line: the others keep their colours of the other figures
     for (size_t i = 0; i < pos_starts.size(); i++) {
       const auto [m, dm] = over_seeds(g, [&](const RunData& r) { return pos_loss(r, i); });
       a.x.push_back(pos_starts[i]), a.y.push_back(m.n ? m.mean : NAN);
@@ -1074,14 +1311,17 @@ void report_write(const std::string& dir) {
       "Definitions. Training table: val loss at the final step; ACR (mean W/T over layers and heads) and exact pair "
       "ratio (executed causal pairs / full causal pairs) of the windows in force at the final step; attention work "
       "ratio = multiply-adds the attention kernels executed / the same kernels with full windows, mean over the "
-      "run; tokens/s = median over logged intervals after the first; peak MB = peak resident memory of the training "
-      "process. Inference table (`aah eval`): inference ACR = sum over windows of f_W * W / T, f_W the fraction of "
-      "(layer, head, sequence) executions with window W; tokens/s after the first (warmup) batch; peak memory of "
-      "the evaluation process. With two or more seeds, a cell reads mean ± half-width of the 95% t-interval; Δ is "
-      "the mean paired difference regime - full over the seeds both have.";
+      "run; peak MB = peak resident memory of the training process. Inference table (`aah eval`): inference ACR = "
+      "sum over windows of f_W * W / T, f_W the fraction of (layer, head, sequence) executions with window W; peak "
+      "memory of the evaluation process. With two or more seeds, a cell reads mean ± half-width of the 95% "
+      "t-interval; Δ is the mean paired difference regime - full over the seeds both have. The logs' tokens/s "
+      "(training: median over logged intervals after the first; evaluation: after the first, warmup, batch) are in "
+      "runs.csv, summary.csv and report.json, not in the tables: the runs of a suite train one after another on a "
+      "machine that may be doing other things, so they compare poorly; the time side by side is the comparison.";
+  bool several_seeds = false;
+  for (const auto& g : regimes) several_seeds |= runs_of(g).size() >= 2;
   const std::string seeds_line = str_cat(
-      "Differences from full are paired by seed (regime - full, same seed), with a 95% t-interval over the seeds; an "
-      "interval that contains 0 reads \"no difference detected\". Time ratios come from timing.json: each regime's final "
+      differences_note(several_seeds), "Time ratios come from timing.json: each regime's final "
       "window map timed side by side with full windows, interleaved in one process (`aah bench maps`); a ratio whose "
       "spread (IQR / median) is over ",
       timing.is_null() ? std::string("10%") : fixed(100 * timing.value("spread_limit", 0.1), 0) + "%",
@@ -1091,44 +1331,41 @@ void report_write(const std::string& dir) {
     timing_note = str_cat("Measured on ", timing.value("cpu", std::string("?")), ", ", timing.value("threads", 0),
                           " threads, ", timing.value("rounds", 0), " interleaved rounds; ms are medians. The "
                           "controller's own cost is not included (measured 0.1-0.2% of a step by `aah bench train "
-                          "--regime`). The training tables' tokens/s are the logs' figures during training, "
-                          "when the machine may have been doing other things.\n");
+                          "--regime`). These interleaved times, not the logs' tokens/s, compare the regimes' speed.\n");
   std::string md = "# aah suite report\n\n" + setup + "\n\n";
   if (!summary_md.empty()) md += "## Summary: what survives\n\n" + seeds_line + "\n\n" + summary_md + "\n";
   if (!time_t.rows.empty()) md += "## Time side by side\n\n" + markdown(time_t) + "\n" + timing_note + "\n";
   md += "## Time to loss\n\n" + markdown(ttl_t) + "\n" + (ttl_md.empty() ? "" : ttl_md + "\n") + ttl_note + "\n\n";
-  if (!retr_t.rows.empty()) md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr_t) + "\n";
+  if (!retr.table.rows.empty())
+    md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr.table) + "\n" + retr.kept_md + "\n" + retr.note +
+          "\n\n";
   if (!heads_t.rows.empty()) md += "## Heads that matter, and the windows they got\n\n" + markdown(heads_t) + "\n" + heads_note + "\n\n";
-  md += "## Training (the paper's Table 4)\n\n" + markdown(train_t) + "\n## Inference (the paper's Table 6)\n\n" +
-        markdown(eval_t);
-  if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(diff_t);
+  md += "## Training (the paper's Table 4)\n\n" + markdown(shown(train_t)) +
+        "\n## Inference (the paper's Table 6)\n\n" + markdown(shown(eval_t));
+  if (!diff_t.rows.empty()) md += "\n## Paired difference from full attention\n\n" + markdown(shown(diff_t));
   md += "\n## Window buckets at evaluation\n\n" + bucket_md + "\n## Figures\n\n";
   for (const auto& [file, caption] : figures) md += str_cat("![", caption, "](figures/", file, ")\n\n");
   md += notes + "\n";
-  std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>aah suite report</title>\n"
-      "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-      "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px}"
-      "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f2f2f2}"
-      "figure{margin:1.5em 0}figcaption{color:#555;font-size:0.9em}</style>\n</head>\n<body>\n"
-      "<h1>aah suite report</h1>\n<p>" + svg_escape(setup) + "</p>\n";
-  if (!summary_md.empty()) {
-    html += "<h2>Summary: what survives</h2>\n<p>" + svg_escape(seeds_line) + "</p>\n" + html_list(summary_md);
-  }
-  if (!time_t.rows.empty()) html += "<h2>Time side by side</h2>\n" + html_table(time_t) + "<p>" + svg_escape(timing_note) + "</p>\n";
+  std::string html = html_head() + "<h1>aah suite report</h1>\n" + html_paragraph(setup);
+  if (!summary_md.empty())
+    html += "<h2>Summary: what survives</h2>\n" + html_paragraph(seeds_line) + html_list(summary_md);
+  if (!time_t.rows.empty())
+    html += "<h2>Time side by side</h2>\n" + html_table(time_t) + html_paragraph(timing_note);
   html += "<h2>Time to loss</h2>\n" + html_table(ttl_t);
   if (!ttl_md.empty()) html += html_list(ttl_md);
-  html += "<p>" + svg_escape(ttl_note) + "</p>\n";
-  if (!retr_t.rows.empty()) html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr_t);
+  html += html_paragraph(ttl_note);
+  if (!retr.table.rows.empty())
+    html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr.table) + html_list(retr.kept_md) +
+            html_paragraph(retr.note);
   if (!heads_t.rows.empty())
-    html += "<h2>Heads that matter, and the windows they got</h2>\n" + html_table(heads_t) + "<p>" + svg_escape(heads_note) + "</p>\n";
-  html += "<h2>Training (the paper's Table 4)</h2>\n" + html_table(train_t) +
-          "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(eval_t);
-  if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(diff_t);
+    html += "<h2>Heads that matter, and the windows they got</h2>\n" + html_table(heads_t) + html_paragraph(heads_note);
+  html += "<h2>Training (the paper's Table 4)</h2>\n" + html_table(shown(train_t)) +
+          "<h2>Inference (the paper's Table 6)</h2>\n" + html_table(shown(eval_t));
+  if (!diff_t.rows.empty()) html += "<h2>Paired difference from full attention</h2>\n" + html_table(shown(diff_t));
   html += "<h2>Window buckets at evaluation</h2>\n" + bucket_html + "<h2>Figures</h2>\n";
   for (const auto& [file, caption] : figures)
     html += "<figure>\n" + svgs[file] + "<figcaption>" + svg_escape(caption) + "</figcaption>\n</figure>\n";
-  html += "<p>" + svg_escape(notes) + "</p>\n</body>\n</html>\n";
+  html += html_paragraph(notes) + "</body>\n</html>\n";
   out["tables"] = {{"training", {{"header", train_t.header}, {"rows", train_t.rows}}},
                    {"inference", {{"header", eval_t.header}, {"rows", eval_t.rows}}},
                    {"paired", {{"header", diff_t.header}, {"rows", diff_t.rows}}},
@@ -1136,7 +1373,7 @@ void report_write(const std::string& dir) {
   out["time_to_loss"] = ttl_json;
   out["headline"] = headline;
   if (!timing.is_null()) out["timing"] = timing;
-  if (!retrieval_json.empty()) out["retrieval"] = retrieval_json;
+  if (!retr.regimes.empty()) out["retrieval"] = retr.regimes;
   if (!heads_json.empty()) out["heads"] = heads_json;
   if (!pos_starts.empty()) write_file_atomic(dir + "/loss_by_position.csv", csv_pos);
   write_file_atomic(dir + "/report.md", md);

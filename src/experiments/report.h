@@ -4,7 +4,8 @@
 // DIR/report.md       tables (the paper's Table 4 and Table 6 plus our columns), paired differences, figures
 // DIR/report.html     the same, self-contained (figures inline as SVG)
 // DIR/runs.csv        one row per run, every number of the tables
-// DIR/summary.csv     one row per regime: mean, 95% interval low and high of each number over seeds
+// DIR/summary.csv     one row per regime: mean, 95% interval low and high of each number over seeds; retrieval rows:
+//                     accuracy per distance bucket, and `kept` (mean = k / n, the Clopper-Pearson interval)
 // DIR/val_loss_time.csv  every run's validation loss at each evaluation, with its training seconds so far
 // DIR/report.json     all of it, with the per-step series of the figures
 // DIR/figures/*.svg   validation loss over steps (and late zoom) and over training seconds, ACR, hierarchy levels
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "experiments/stats.h"  // mean_interval, t_quantile_975: the report's statistics
 
 namespace aah {
 
@@ -45,15 +48,5 @@ double report_time_to_loss(const std::vector<LossAtTime>& curve, double target);
 // The loss of `curve` at `seconds` of training: interpolated linearly between the evaluations around it (an
 // evaluation's own loss at its time); NaN before the first evaluation or past the last.
 double report_loss_at_time(const std::vector<LossAtTime>& curve, double seconds);
-
-// 0.975 quantile of Student's t with df degrees of freedom (the half-width factor of a 95% interval).
-double t_quantile_975(int df);
-
-struct MeanInterval {
-  int n = 0;
-  double mean = 0, lo = 0, hi = 0;  // lo == hi == mean when n < 2
-};
-// Mean and 95% t-interval of x (NaN entries are ignored).
-MeanInterval mean_interval(const std::vector<double>& x);
 
 }  // namespace aah

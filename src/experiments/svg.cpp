@@ -35,6 +35,16 @@ std::string text(double x, double y, const std::string& s, const std::string& ex
                  "</text>\n");
 }
 
+// A series' colour: its own palette index, else its place in the chart.
+const char* series_color(const SvgSeries& s, size_t k) { return kPalette[(s.color >= 0 ? size_t(s.color) : k) % 10]; }
+
+bool has_error_bars(const SvgLineChart& c) {
+  for (const auto& s : c.series)
+    for (size_t i = 0; i < s.y_lo.size() && i < s.y_hi.size(); i++)
+      if (std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i])) return true;
+  return false;
+}
+
 std::string header(double w, double h) {
   return str_cat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", num(w), "\" height=\"", num(h),
                  "\" viewBox=\"0 0 ", num(w), " ", num(h),
@@ -93,8 +103,10 @@ std::string svg_line_chart(const SvgLineChart& c) {
   if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (std::isfinite(c.ref_y)) y0 = std::min(y0, c.ref_y), y1 = std::max(y1, c.ref_y);
   if (std::isfinite(c.ref_x)) x0 = std::min(x0, c.ref_x), x1 = std::max(x1, c.ref_x);
-  if (c.points) {  // room around the outermost markers
-    const double xpad = std::max(1e-3, (x1 - x0) * 0.08);
+  // Room around the outermost markers, and for the error bars of lines, which sit side by side around each x.
+  const bool bars = has_error_bars(c);
+  if (c.points || bars) {
+    const double xpad = std::max(1e-3, (x1 - x0) * (c.points ? 0.08 : 0.05));
     x0 -= xpad, x1 += xpad;
   }
   if (x1 <= x0) x1 = x0 + 1;
@@ -137,15 +149,20 @@ std::string svg_line_chart(const SvgLineChart& c) {
   };
   if (std::isfinite(c.ref_y)) dashed(left, Y(c.ref_y), left + pw, Y(c.ref_y));
   if (std::isfinite(c.ref_x)) dashed(X(c.ref_x), top, X(c.ref_x), top + ph);
+  // Lines' error bars at one x would cover each other: each series' bars are shifted by a few pixels (a scatter's
+  // points are one per series, at their own x).
+  const double dodge = c.points || !bars ? 0 : std::min(8.0, 0.08 * pw / double(std::max<size_t>(1, c.series.size())));
+  const double cap = dodge > 0 ? std::max(1.5, 0.4 * dodge) : 5;  // half the width of an error bar's ends
   for (size_t k = 0; k < c.series.size(); k++) {
     const auto& s = c.series[k];
-    const char* color = kPalette[k % 10];
+    const char* color = series_color(s, k);
+    const double shift = dodge * (double(k) - 0.5 * double(c.series.size() - 1));
     for (size_t i = 0; i < s.x.size() && i < s.y_lo.size() && i < s.y_hi.size(); i++)
       if (s.x[i] >= c.x_from && std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i])) {
-        const double x = X(s.x[i]);
+        const double x = X(s.x[i]) + shift;
         o += str_cat("<path stroke=\"", color, "\" stroke-width=\"1.5\" d=\"M", num(x), " ", num(Y(s.y_lo[i])), " V",
-                     num(Y(s.y_hi[i])), " M", num(x - 5), " ", num(Y(s.y_lo[i])), " h10 M", num(x - 5), " ",
-                     num(Y(s.y_hi[i])), " h10\"/>\n");
+                     num(Y(s.y_hi[i])), " M", num(x - cap), " ", num(Y(s.y_lo[i])), " h", num(2 * cap), " M",
+                     num(x - cap), " ", num(Y(s.y_hi[i])), " h", num(2 * cap), "\"/>\n");
       }
     std::string pts;
     int points = 0;
@@ -175,8 +192,12 @@ std::string svg_line_chart(const SvgLineChart& c) {
   const double lx = left + pw + 20;
   for (size_t k = 0; k < c.series.size(); k++) {
     const double ly = top + 8 + 20 * double(k);
-    o += str_cat("<line x1=\"", num(lx), "\" y1=\"", num(ly), "\" x2=\"", num(lx + 22), "\" y2=\"", num(ly),
-                 "\" stroke=\"", kPalette[k % 10], "\" stroke-width=\"3\"/>\n");
+    const char* color = series_color(c.series[k], k);
+    if (c.points)  // the legend shows what the plot draws: a marker, or a line
+      o += str_cat("<circle cx=\"", num(lx + 11), "\" cy=\"", num(ly), "\" r=\"5\" fill=\"", color, "\"/>\n");
+    else
+      o += str_cat("<line x1=\"", num(lx), "\" y1=\"", num(ly), "\" x2=\"", num(lx + 22), "\" y2=\"", num(ly),
+                   "\" stroke=\"", color, "\" stroke-width=\"3\"/>\n");
     o += text(lx + 28, ly + 4, c.series[k].name);
   }
   o += "</svg>\n";

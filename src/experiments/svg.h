@@ -12,6 +12,7 @@ struct SvgSeries {
   std::string name;
   std::vector<double> x, y;  // same length; NaN y values are gaps
   std::vector<double> y_lo, y_hi;  // optional, same length: a vertical error bar per point (an interval)
+  int color = -1;                  // palette index, so a regime keeps its colour across figures; -1: the series' place
 };
 
 struct SvgLineChart {

@@ -265,4 +265,33 @@ std::vector<std::pair<std::string, std::string>> config_describe(const Config& c
   return out;
 }
 
+namespace {
+std::string markdown_cell(std::string text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+}  // namespace
+
+std::string config_markdown() {
+  Config cfg;
+  ControllerConfig resolved = controller_config_of(cfg);
+  std::string md =
+      "# Configuration keys\n\n"
+      "Written by `aah --help-config --markdown` from the key table (`fields()` in `src/model/config.cpp`, the\n"
+      "controller's knobs in `controller_knobs()` of `src/controller/controller_config.cpp`); a test fails when this\n"
+      "file differs from what the binary prints. Set a key with `--set key=value` or in a JSON config file, where\n"
+      "`train.*` and `aah.*` keys nest as objects (see [configuration.md](configuration.md)). Defaults are those of\n"
+      "`aah train` with regime `full`; keys marked *regime* are reset by every `aah.regime` (see\n"
+      "[regimes.md](regimes.md)) before the knobs given after it apply.\n\n"
+      "| key | default | range | meaning |\n|---|---|---|---|\n";
+  for (const ConfigField& f : all_fields(cfg, resolved)) {
+    std::string meaning = f.help;
+    if (controller_knob_set_by_regimes(f.key)) meaning += " *(regime)*";
+    md += "| `" + f.key + "` | `" + markdown_cell(json_shown(field_json(f))) + "` | " +
+          markdown_cell(field_range_text(f)) + " | " + markdown_cell(meaning) + " |\n";
+  }
+  return md;
+}
+
 }  // namespace aah

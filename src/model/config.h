@@ -87,7 +87,10 @@ nlohmann::json config_to_json(const Config& cfg);
 ControllerConfig controller_config_of(const Config& cfg);
 
 // Every settable key with its current value (aah.* knobs: as resolved for cfg's regime) and a one-line description
-// with its range (for --help-config and the README).
+// with its range (for --help-config; docs/config.md comes from config_markdown).
 std::vector<std::pair<std::string, std::string>> config_describe(const Config& cfg);
+// docs/config.md: every key of the table as a Markdown table (key, default, range, meaning), written from the rows
+// (aah --help-config --markdown); a test keeps the committed file equal to it.
+std::string config_markdown();
 
 }  // namespace aah

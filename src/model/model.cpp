@@ -218,7 +218,9 @@ void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
             max_T_, ")");
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   embedding_forward(a_.x, tokens, p_.embed, N, C);
+  forward_tokens = tokens;
   for (int l = 0; l < L; l++) layer_forward(l, B, T);
+  forward_tokens = nullptr;
   rmsnorm_forward(a_.lnf, a_.rstdf, a_.x + size_t(L) * N * C, p_.norm_f, N, C, float(cfg_.rms_norm_eps));
 }
 

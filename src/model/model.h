@@ -157,6 +157,8 @@ class Model {
   // its update steps, and the new windows apply to that same forward (spec section 5).
   std::function<void(int layer, const real* q, const real* k, const real* v, int B, int T, int* windows)>
       before_attention;
+  // The tokens (B, T) of the forward in progress, for before_attention (the copy-use policy reads them); null outside.
+  const int32_t* forward_tokens = nullptr;
   // When set, backward() calls it as parameter gradients become final: after_layer_backward(L) once the final
   // norm's (and the LM head's) are, then (l) after layer l (l = L-1 .. 0), then (-1) after the embedding's. Lets
   // data-parallel training start all-reducing a layer's gradients while the layers below still run backward.

@@ -476,6 +476,7 @@ int train_run(const TrainOptions& o) {
     batch_draw(batch, st.rng, train.tokens, b_first);
     const double lr = lr_at(tc, st.step);
     const StepResult r = train_step(model, opt, batch, policy, grad_sync, comm, st.step, lr, tc);
+    thread_count_recheck();  // cores that came free (or were taken) since start; the bits do not depend on it
     const double loss = r.loss, grad_norm = r.grad_norm;
     int stop_signal = r.stop_signal;
     st.tokens_seen += tokens_per_step;
@@ -535,7 +536,7 @@ int train_run(const TrainOptions& o) {
         line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_timed);
         line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
       }
-      if (controller.needs_mass()) {  // policy coverage: the mass measurement's time per step and share of the step
+      if (controller.needs_mass() || controller.needs_copy_use()) {  // the measurement's time per step and share
         const double cov_s = policy.coverage_seconds() - coverage_at_log;
         line["coverage_ms"] = 1e3 * cov_s / std::max(1, steps_timed);
         line["coverage_time_share"] = cov_s / std::max(1e-9, now - t_log);

@@ -8,7 +8,6 @@
 // Shapes: B batch, H query heads, Hkv key/value heads (head h reads kv head h / (H / Hkv)), T positions, D head dim.
 //   q, out, dout, dq (B, H, T, D)   k, v, dk, dv (B, Hkv, T, D)   lse (B, H, T)   window (H)
 // Scratch (grown, reused): s, dp (T, T); row diagnostics (T, 3).
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 
 #include "core/arena.h"
 #include "core/check.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
@@ -77,7 +77,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
       float* oh = out + dense_row(b, h, 0, H, T) * D;
       float* lh = lse + dense_row(b, h, 0, H, T);
       // S = scale Q K^T, the full T x T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, D, kh, D, 0.0f, S, T);
+      gemm(false, true, T, T, D, scale, qh, D, kh, D, 0.0f, S, T);
 #pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float* row = S + (int64_t)i * T;
@@ -91,7 +91,7 @@ void attn_dense_forward(float* out, float* lse, const float* q, const float* k, 
         for (int j = 0; j < T; j++) row[j] *= inv;
         lh[i] = mx + std::log(sum);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, S, T, vh, D, 0.0f, oh, D);
+      gemm(false, false, T, D, T, 1.0f, S, T, vh, D, 0.0f, oh, D);
       if (want_diag) {
         double* rd = sc.rowdiag.data;
 #pragma omp parallel for schedule(static) if (big)
@@ -145,15 +145,15 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
       float* dqh = dq + dense_row(b, h, 0, H, T) * D;
       float* dkh = dk + dense_row(b, hk, 0, Hkv, T) * D;
       float* dvh = dv + dense_row(b, hk, 0, Hkv, T) * D;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, qh, D, kh, D, 0.0f, P, T);
+      gemm(false, true, T, T, D, scale, qh, D, kh, D, 0.0f, P, T);
 #pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float* row = P + (int64_t)i * T;
         for (int j = 0; j < T; j++) row[j] = attn_visible(i, j, W) ? row[j] : -INFINITY;
         vexp_shifted_sum</*MASKED=*/true>(row, row, lh[i], T);
       }
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, P, T, doh, D, beta, dvh, D);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, 1.0f, doh, D, vh, D, 0.0f, dP, T);
+      gemm(true, false, T, D, T, 1.0f, P, T, doh, D, beta, dvh, D);
+      gemm(false, true, T, T, D, 1.0f, doh, D, vh, D, 0.0f, dP, T);
 #pragma omp parallel for schedule(static) if (big)
       for (int i = 0; i < T; i++) {
         float delta = 0;
@@ -162,8 +162,8 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
         float* g = dP + (int64_t)i * T;
         for (int j = 0; j < T; j++) g[j] = p[j] * (g[j] - delta) * scale;
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, dP, T, kh, D, 0.0f, dqh, D);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, D, T, 1.0f, dP, T, qh, D, beta, dkh, D);
+      gemm(false, false, T, D, T, 1.0f, dP, T, kh, D, 0.0f, dqh, D);
+      gemm(true, false, T, D, T, 1.0f, dP, T, qh, D, beta, dkh, D);
     }
   if (counters) {
     for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);

@@ -1,13 +1,13 @@
 // Fast kernels for everything but attention. Shape legend in kernels/ops.h.
 // Threads: OpenMP with static schedules. Reductions over rows (parameter gradients) are split by channel, never
 // by row, so every sum is taken in the same order whatever the thread count: results are bitwise reproducible.
-#include <cblas.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
@@ -90,16 +90,16 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC) {
   if (N == 1) {  // one row (decoding): sgemv reads w once; OpenBLAS's sgemm would pack all of w first
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, 0.0f, out, 1);
+    gemv(false, OC, C, 1.0f, w, C, inp, 0.0f, out);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+  gemm(false, true, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
                      int OC) {
-  if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+  if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
 }
 
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int B, int T, int H, int Hkv, int D) {

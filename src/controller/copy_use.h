@@ -1,0 +1,41 @@
+// The copy-use window policy ("copy", added here, not in the paper; issue 40): a head keeps a long window when it
+// USES far context, measured as chance-corrected copy mass, not when its attention merely spreads far.
+//
+// Query i predicts y_i = x_{i+1}. Its copy set C_i holds the earlier positions j whose token continues that target:
+// x_j = y_i (a copy of the token itself: a retrieval head reading a value), or x_j = x_i with x_{j+1} = y_i (an
+// induction match: the previous occurrence of the current token, followed by the target). Beyond a window W (keys
+// j <= i - W, which the head cannot see under W) the head puts copy mass M_i(W) = sum_{j beyond, j in C_i} p_ij,
+// and by chance it would put P_i(W) |C_i beyond| / |beyond| there (its mass beyond W, P_i(W), spread evenly). The
+// use beyond W is u_i(W) = M_i(W) - P_i(W) |C_i beyond| / |beyond|: about 1 for a query whose answer the head copies
+// from beyond W, about 0 for diffuse heads, sink heads and heads whose far mass lands on unrelated tokens.
+// p_i is the causal softmax at FULL window, as in coverage.h.
+//
+// Decisions (copy_budget_choice): one pair budget for the whole model, solved exactly over every head of every
+// layer: minimise the evidence of use lost, sum over heads of E_h(W_h), subject to the exact pair ratio <= budget;
+// among equal losses the fewest pairs. Evidence E_h(W) per update = max(use now, decay x E before) (see
+// copy_evidence_update): it rises at once when use appears and falls only after use has stayed low.
+//
+// S sequences, H query heads, Hkv key/value heads, T positions, D head dim, K candidate windows W_0 < ... < W_{K-1}.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace aah {
+
+// use (S, H, K): row (s, h) holds sum over the queries i < T - 1 of sequence s of u_i(W_k) (0 where W_k > i: nothing
+// beyond). q (S, H, T, D), k (S, Hkv, T, D) as attention uses them; tokens (S, T). Threads split the (s, h) rows;
+// the result does not depend on the thread count.
+void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
+              const int* windows, int K);
+
+// evidence (n) = max(use, decay * evidence), elementwise: peak-hold with exponential forgetting.
+void copy_evidence_update(double* evidence, const double* use, int n, double decay);
+
+// The whole model's windows: c (N) over N = L x H heads minimising sum_h max(0, loss[h][c_h]) subject to
+// sum_h pairs(T, W_{c_h}) <= budget N pairs(T, T), T = W_{K-1}, exactly (dynamic programming over the counts of heads
+// at each window: the cost depends on those counts alone); among equal losses the fewest pairs, then the lowest
+// index order. loss (N, K); loss[h][K-1] is taken as 0 (nothing is beyond the full window). A budget below every
+// head at W_0 gives every head W_0.
+std::vector<int> copy_budget_choice(const double* loss, int N, const std::vector<int>& windows, double budget);
+
+}  // namespace aah
