@@ -1,0 +1,194 @@
+// Tests of the copy-use window policy (src/controller/copy_use.h): the statistic against its definition computed
+// here in double from scratch, on hand-built heads (a head that copies from 150 back, a diffuse head, a sink head);
+// the whole-model budget solver against brute force; the evidence rule; the regime, the controller's decisions
+// through update(), and save/load of the evidence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "controller/controller.h"
+#include "controller/copy_use.h"
+#include "core/rng.h"
+#include "io/safetensors.h"
+#include "kernels/attention_common.h"
+
+using namespace aah;
+
+namespace {
+
+// u summed over queries, from the definition: softmax at full window in double, copy set C_i, chance correction.
+std::vector<double> copy_use_reference(const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<int32_t>& x, int T, int D, const std::vector<int>& windows) {
+  std::vector<double> use(windows.size(), 0.0);
+  for (int i = 0; i + 1 < T; i++) {
+    std::vector<double> p(i + 1);
+    double mx = -INFINITY, z = 0;
+    for (int j = 0; j <= i; j++) {
+      double s = 0;
+      for (int d = 0; d < D; d++) s += double(q[size_t(i) * D + d]) * double(k[size_t(j) * D + d]);
+      p[j] = s / std::sqrt(double(D));
+      mx = std::max(mx, p[j]);
+    }
+    for (double& v : p) z += (v = std::exp(v - mx));
+    for (size_t c = 0; c < windows.size(); c++) {
+      double far = 0, far_copy = 0, n_copy = 0, n_far = 0;
+      for (int j = 0; j <= i; j++) {
+        if (i - j < windows[c]) continue;  // inside the window
+        const bool in_copy = x[j] == x[i + 1] || (x[j] == x[i] && x[j + 1] == x[i + 1]);
+        far += p[j] / z, n_far += 1;
+        if (in_copy) far_copy += p[j] / z, n_copy += 1;
+      }
+      if (n_far > 0) use[c] += far_copy - far * n_copy / n_far;
+    }
+  }
+  return use;
+}
+
+constexpr int kT = 256, kD = 8;
+const std::vector<int> kWindows = {32, 64, 128, 256};
+
+// Tokens: distinct filler 10 + (i % 50) so that nothing repeats nearby by accident, position 0 a sink token (1),
+// and one key/value pair: x[50] = 7 defined, asked at 200 with target x[201] = 7 (150 back).
+std::vector<int32_t> hand_built_tokens() {
+  std::vector<int32_t> x(kT);
+  for (int i = 0; i < kT; i++) x[i] = 10 + (i * 7) % 53;
+  x[0] = 1;
+  x[50] = 7, x[201] = 7;
+  return x;
+}
+
+// Three heads' q, k (T, D): 0 copies (query 200 -> key 50), 1 diffuse (q = 0: uniform), 2 sink (every query -> key 0).
+void hand_built_heads(std::vector<float>& q, std::vector<float>& k) {
+  q.assign(size_t(3) * kT * kD, 0.0f);
+  k.assign(size_t(3) * kT * kD, 0.0f);
+  auto at = [](std::vector<float>& t, int h, int i, int d) -> float& { return t[(size_t(h) * kT + i) * kD + d]; };
+  at(q, 0, 200, 0) = 12.0f, at(k, 0, 50, 0) = 12.0f;  // the copy head's question finds its DEF
+  for (int i = 0; i < kT; i++) at(q, 2, i, 1) = 12.0f;
+  at(k, 2, 0, 1) = 12.0f;  // the sink
+}
+
+}  // namespace
+
+TEST(CopyUse, MatchesTheDefinitionOnHandBuiltHeads) {
+  std::vector<float> q, k;
+  hand_built_heads(q, k);
+  const std::vector<int32_t> x = hand_built_tokens();
+  std::vector<double> use(3 * kWindows.size());
+  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), int(kWindows.size()));
+  for (int h = 0; h < 3; h++) {
+    const std::vector<float> qh(q.begin() + size_t(h) * kT * kD, q.begin() + size_t(h + 1) * kT * kD);
+    const std::vector<float> kh(k.begin() + size_t(h) * kT * kD, k.begin() + size_t(h + 1) * kT * kD);
+    const std::vector<double> ref = copy_use_reference(qh, kh, x, kT, kD, kWindows);
+    for (size_t c = 0; c < kWindows.size(); c++)
+      EXPECT_NEAR(use[h * kWindows.size() + c], ref[c], 1e-5) << "head " << h << " window " << kWindows[c];
+  }
+  // The copy head uses about one copy beyond 32, 64 and 128 (its DEF is 150 back), nothing beyond 256.
+  for (int c = 0; c < 3; c++) EXPECT_GT(use[c], 0.9) << kWindows[c];
+  EXPECT_EQ(use[3], 0.0);
+  // The diffuse head's far copies are exactly what chance gives; the sink's far mass lands on no copy.
+  for (int c = 0; c < 4; c++) EXPECT_NEAR(use[4 + c], 0.0, 1e-6);
+  for (int c = 0; c < 4; c++) EXPECT_LE(use[8 + c], 1e-6);
+}
+
+TEST(CopyUse, TheBudgetKeepsTheCopyHeadLongAndCutsTheOthers) {
+  std::vector<float> q, k;
+  hand_built_heads(q, k);
+  const std::vector<int32_t> x = hand_built_tokens();
+  std::vector<double> use(3 * kWindows.size()), evidence(use.size(), 0.0);
+  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), 4);
+  copy_evidence_update(evidence.data(), use.data(), int(use.size()), 0.9);
+  // Budget 0.5 of the three heads' full pairs: the copy head gets 256, the diffuse and sink heads the smallest.
+  EXPECT_EQ(copy_budget_choice(evidence.data(), 3, kWindows, 0.5), (std::vector<int>{3, 0, 0}));
+  // A budget that cannot hold one full head plus two smallest keeps the copy head as long as it can afford.
+  const double one_full = double(attn_visible_pairs(kT, kT)), small = double(attn_visible_pairs(kT, 32));
+  const double mid = double(attn_visible_pairs(kT, 128));
+  EXPECT_EQ(copy_budget_choice(evidence.data(), 3, kWindows, (mid + 2 * small) / (3 * one_full)),
+            (std::vector<int>{2, 0, 0}));
+}
+
+TEST(CopyUse, EvidenceRisesAtOnceAndFallsSlowly) {
+  std::vector<double> e = {0.5, 0.0};
+  const std::vector<double> low = {0.1, 0.0}, high = {0.6, 0.2};
+  copy_evidence_update(e.data(), low.data(), 2, 0.9);
+  EXPECT_DOUBLE_EQ(e[0], 0.45);  // 0.9 x 0.5
+  copy_evidence_update(e.data(), high.data(), 2, 0.9);
+  EXPECT_DOUBLE_EQ(e[0], 0.6);  // use appears: at once
+  EXPECT_DOUBLE_EQ(e[1], 0.2);
+  for (int i = 0; i < 10; i++) copy_evidence_update(e.data(), low.data(), 2, 0.9);
+  EXPECT_NEAR(e[0], 0.6 * std::pow(0.9, 10), 1e-12);  // 0.209: still above the use now (0.1)
+}
+
+// The exact solver against enumeration of every assignment, on random instances (N <= 6 heads, K = 4 windows).
+TEST(CopyUse, BudgetSolverMatchesBruteForce) {
+  Rng rng(40);
+  const std::vector<int> W = {8, 16, 32, 64};
+  const int K = 4, T = 64;
+  for (int trial = 0; trial < 300; trial++) {
+    const int N = 1 + int(rng.below(6));
+    std::vector<double> loss(size_t(N) * K);
+    for (auto& v : loss) v = rng.uniform() < 0.3 ? 0.0 : rng.uniform() - 0.1;  // ties at 0, some negative
+    const double budget = rng.uniform();
+    const double limit = budget * N * double(attn_visible_pairs(T, T));
+    auto lost = [&](int h, int c) { return c == K - 1 ? 0.0 : std::max(0.0, loss[size_t(h) * K + c]); };
+    double best_loss = INFINITY, best_cost = INFINITY;
+    std::vector<int> c(N, 0);
+    for (long code = 0; code < std::lround(std::pow(K, N)); code++) {
+      long r = code;
+      double l = 0, cost = 0;
+      for (int h = 0; h < N; h++) c[h] = int(r % K), r /= K, l += lost(h, c[h]), cost += double(attn_visible_pairs(T, W[c[h]]));
+      if (cost > limit && code != 0) continue;
+      if (l < best_loss - 1e-12 || (std::fabs(l - best_loss) <= 1e-12 && cost < best_cost)) best_loss = l, best_cost = cost;
+    }
+    const std::vector<int> got = copy_budget_choice(loss.data(), N, W, budget);
+    double l = 0, cost = 0;
+    for (int h = 0; h < N; h++) l += lost(h, got[h]), cost += double(attn_visible_pairs(T, W[got[h]]));
+    ASSERT_NEAR(l, best_loss, 1e-9) << "trial " << trial << " N " << N << " budget " << budget;
+    ASSERT_EQ(cost, best_cost) << "trial " << trial;
+    ASSERT_TRUE(cost <= limit || cost == N * double(attn_visible_pairs(T, W[0])));
+  }
+}
+
+// Through the controller: the first update keeps the windows (no evidence yet), the next decides for the whole
+// model from the evidence; the trace holds what the decision read; save/load restores the evidence exactly.
+TEST(CopyUse, ControllerDecidesFromEvidenceAndRestoresIt) {
+  ControllerConfig cfg;
+  cfg.windows = {8, 16, 32, 64};
+  controller_apply_regime(cfg, "copy_budget_500");
+  EXPECT_EQ(cfg.policy, WindowPolicy::copy);
+  EXPECT_DOUBLE_EQ(cfg.pair_budget, 0.5);
+  Controller c(cfg, 2, 2);
+  ASSERT_TRUE(c.needs_copy_use());
+  ASSERT_TRUE(c.is_update_step(0));
+  // layer 0: head 0 uses far context (beyond 8, 16, 32), head 1 none; layer 1: nothing
+  const std::vector<double> use0 = {1.0, 0.8, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0}, use1(8, 0.0);
+  nlohmann::json t0;
+  EXPECT_EQ(c.update(0, use0.data(), 0, &t0), (std::vector<int>{64, 64}));  // first update: windows kept
+  EXPECT_FALSE(t0.contains("choice"));
+  c.update(1, use1.data(), 0);
+  nlohmann::json t1;
+  EXPECT_EQ(c.update(0, use1.data(), 5, &t1), (std::vector<int>{64, 8}));
+  EXPECT_EQ(t1["choice"], (std::vector<int>{3, 0, 0, 0}));
+  EXPECT_EQ(c.windows(1), (std::vector<int>{8, 8}));
+  EXPECT_NEAR(t1["evidence"][0].get<double>(), 0.9, 1e-12);  // max(0, 0.9 x 1.0) after this update's zero use
+  test::TempDir tmp("copy-use");
+  {
+    SafetensorsWriter w;
+    c.save(w);
+    w.write(tmp.path + "/state.safetensors");
+  }
+  Controller d(cfg, 2, 2);
+  d.load(SafetensorsReader(tmp.path + "/state.safetensors"));
+  c.update(1, use1.data(), 5), d.update(1, use1.data(), 5);
+  nlohmann::json a, b;
+  c.update(0, use1.data(), 10, &a), d.update(0, use1.data(), 10, &b);
+  EXPECT_EQ(a.dump(), b.dump());
+  // the policy needs its budget
+  ControllerConfig none = cfg;
+  none.pair_budget = 0;
+  EXPECT_NE(test::error_of([&] { controller_validate(none); }).find("policy copy needs aah.pair_budget > 0"),
+            std::string::npos);
+}
