@@ -1,6 +1,8 @@
 // The copy-use policy's measurement and decision. See copy_use.h.
 #include "controller/copy_use.h"
 
+#include "controller/coverage.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -18,33 +20,31 @@ constexpr int kQueryBlock = 64;  // query rows per score block, as in coverage.c
 
 // use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch.
 void head_copy_use(double* use, const float* q, const float* k, const int32_t* x, int T, int D, const int* windows,
-                   int K, float* scores, std::vector<double>& prefix) {
+                   int K, float* scores) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::fill(use, use + K, 0.0);
-  prefix.resize(size_t(3) * (T + 1));  // running sums over keys 0 .. j-1: all mass, copy mass, copy count
-  double *all = prefix.data(), *copy = all + (T + 1), *count = copy + (T + 1);
   for (int i0 = 0; i0 < T - 1; i0 += kQueryBlock) {
     const int i1 = std::min(T - 1, i0 + kQueryBlock);
     cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * i1;
       const int n = i + 1;  // causal: keys 0 .. i
-      float mx = -INFINITY;
-      for (int j = 0; j < n; j++) mx = std::max(mx, e[j] *= scale);
-      const double total = cpu::vexp_shifted_sum(e, e, mx, n);
-      const int32_t y = x[i + 1];
-      all[0] = copy[0] = count[0] = 0;
-      for (int j = 0; j < n; j++) {
-        const bool in_copy_set = x[j] == y || (x[j] == x[i] && j + 1 <= i && x[j + 1] == y);
-        all[j + 1] = all[j] + e[j];
-        copy[j + 1] = copy[j] + (in_copy_set ? e[j] : 0.0);
-        count[j + 1] = count[j] + (in_copy_set ? 1.0 : 0.0);
-      }
-      for (int c = 0; c < K; c++) {
-        const int beyond = n - windows[c];  // keys 0 .. beyond-1 are outside window W_c
+      if (n <= windows[0]) continue;  // every window holds every key: nothing beyond
+      const double total = cpu::vexp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      const int32_t y = x[i + 1], xi = x[i];
+      // Keys from 0 outwards to each window's edge, the largest window's (nearest to 0) first; keys 0 .. i - W_c
+      // lie beyond W_c. Running sums: all mass, copy mass, copy count.
+      double all = 0, copy = 0, count = 0;
+      int j = 0;
+      for (int c = K - 1; c >= 0; c--) {
+        const int beyond = n - windows[c];
         if (beyond <= 0) continue;
-        const double far = all[beyond] / total, far_copy = copy[beyond] / total;
-        use[c] += far_copy - far * count[beyond] / double(beyond);
+        for (; j < beyond; j++) {
+          const bool in_copy_set = x[j] == y || (x[j] == xi && x[j + 1] == y);  // j + 1 <= i here
+          all += e[j];
+          if (in_copy_set) copy += e[j], count += 1;
+        }
+        use[c] += (copy - all * count / double(beyond)) / total;
       }
     }
   }
@@ -60,13 +60,12 @@ void copy_use(double* use, const float* q, const float* k, const int32_t* tokens
 #pragma omp parallel if (tasks > 1)
   {
     std::vector<float> scores(size_t(std::min(T, kQueryBlock)) * T);
-    std::vector<double> prefix;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
       head_copy_use(use + size_t(t) * K, q + (size_t(s) * H + h) * per_head,
                     k + (size_t(s) * Hkv + h / group) * per_head, tokens + size_t(s) * T, T, D, windows, K,
-                    scores.data(), prefix);
+                    scores.data());
     }
   }
 }

@@ -26,8 +26,10 @@ double range_sum(const float* e, int lo, int hi) {
   return s;
 }
 
+}  // namespace
+
 // e[j] *= scale for j < n; returns the largest. Eight independent lanes, so the compiler vectorizes it.
-float scale_and_max(float* e, int n, float scale) {
+float coverage_scale_and_max(float* e, int n, float scale) {
   float lane[8];
   for (float& l : lane) l = -INFINITY;
   int j = 0;
@@ -45,6 +47,8 @@ float scale_and_max(float* e, int n, float scale) {
   return mx;
 }
 
+namespace {
+
 // mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T), per_query scratch (K, T):
 // every query's mass per window. The mean over all queries (tail >= 1), or over the ceil(tail T) of least mass.
 void head_window_mass(double* mass, const float* q, const float* k, int T, int D, const int* windows, int K,
@@ -58,7 +62,7 @@ void head_window_mass(double* mass, const float* q, const float* k, int T, int D
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * nk;
       const int n = i + 1;  // causal: keys 0 .. i
-      const float mx = scale_and_max(e, n, scale);
+      const float mx = coverage_scale_and_max(e, n, scale);
       cpu::vexp_shifted_sum(e, e, mx, n);  // e_j = exp(s_j - max)
       // Bands of keys from the nearest outwards: window W_k holds keys n - W_k .. i. The total is the last
       // running sum, so a window holding every key has mass exactly 1.

@@ -23,6 +23,9 @@ namespace aah {
 void coverage_window_mass(double* mass, const float* q, const float* k, int S, int H, int Hkv, int T, int D,
                           const int* windows, int K, double tail = 1.0);
 
+// e[j] *= scale for j < n; returns the largest (vectorized; shared with the copy-use measurement).
+float coverage_scale_and_max(float* e, int n, float scale);
+
 // out (H, K) = mean over s of per_seq (S, H, K), summed in sequence order (the same bits whoever computed the rows).
 void coverage_mass_mean(double* out, const double* per_seq, int S, int H, int K);
 
