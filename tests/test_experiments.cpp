@@ -74,6 +74,7 @@ TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
       // The matched baselines become a fixed window or a coverage budget while the suite runs (suite.h).
       config_set(cfg, "aah.regime=" + (r == "fixed_matched"      ? std::string("fixed_window_1")
                                        : r == "coverage_matched" ? std::string("coverage_budget_500")
+                                       : r == "copy_matched"     ? std::string("copy_budget_500")
                                                                  : r));
       for (const auto& s : p.sets) config_set(cfg, s);
       EXPECT_NO_THROW(config_validate(cfg)) << name << " " << r;

@@ -121,20 +121,21 @@ SuitePreset suite_preset(const std::string& name) {
     p.seeds = {0};
     p.timing_budget_s = 2;
   } else if (name == "main") {
-    p.summary = "Brown corpus, 1.0M-parameter model, context 2048, the five main regimes + a fixed window and the "
-                "coverage policy at full_adaptive's pair ratio, 3 seeds, 200 steps (~30 minutes)";
+    p.summary = "Brown corpus, 1.0M-parameter model, context 2048, the five main regimes + a fixed window, the "
+                "coverage policy and the copy-use policy at full_adaptive's pair ratio, 3 seeds, 200 steps (~30 minutes)";
     p.data = "brown", p.data_vocab = 1024;
     p.sets = main_sets(kMainSteps);
     p.regimes = kMain;
-    p.regimes.insert(p.regimes.end(), {"fixed_matched", "coverage_matched"});
+    p.regimes.insert(p.regimes.end(), {"fixed_matched", "coverage_matched", "copy_matched"});
     p.seeds = {0, 1, 2};
   } else if (name == "baselines") {
     // The other matched-cost baselines of the main job's question, on its setting.
     p.summary = "the main job's setting: full, full_adaptive, fixed_matched, coverage (threshold 0.95, no budget), "
-                "random_window, deterministic_window, 3 seeds (~10 minutes on 2 AVX-512 cores)";
+                "copy_matched, random_window, deterministic_window, 3 seeds (~12 minutes on 2 AVX-512 cores)";
     p.data = "brown", p.data_vocab = 1024;
     p.sets = main_sets(kMainSteps);
-    p.regimes = {"full", "full_adaptive", "fixed_matched", "coverage", "random_window", "deterministic_window"};
+    p.regimes = {"full",         "full_adaptive", "fixed_matched", "coverage", "copy_matched", "random_window",
+                 "deterministic_window"};
     p.seeds = {0, 1, 2};
   } else if (name == "long") {
     // Time to loss at long context: full attention, the paper's full_adaptive and the need-aware policy at
@@ -157,8 +158,8 @@ SuitePreset suite_preset(const std::string& name) {
     // formed the copy only partly (33% at distance 128+). When the copy forms varies from run to run (between
     // steps ~4,000 and ~7,500 in the runs measured, on 1 or 2 threads), so the base runs 12,000 steps.
     p.summary = "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
-                "attention base of 12,000 steps, then the five main regimes + coverage at pair budget 0.5, a fixed "
-                "window and random windows fine-tune 1,000 steps from it, 3 seeds (~40 minutes)";
+                "attention base of 12,000 steps, then the five main regimes + coverage and copy use at pair budget 0.5, "
+                "a fixed window and random windows fine-tune 1,000 steps from it, 3 seeds (~45 minutes)";
     p.data = "synth", p.data_vocab = 128;
     p.synth = retrieval_synth();
     p.sets = {"vocab_size=128",       "hidden_size=64",          "intermediate_size=192", "num_hidden_layers=2",
@@ -170,7 +171,7 @@ SuitePreset suite_preset(const std::string& name) {
                    "train.warmup_steps=" + std::to_string(kRetrievalBaseSteps / 10), "train.log_interval=100",
                    "train.eval_interval=" + std::to_string(kRetrievalBaseSteps / 4)};
     p.regimes = kMain;
-    p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "fixed_matched", "random_window"});
+    p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "copy_budget_500", "fixed_matched", "random_window"});
     p.seeds = {0, 1, 2};
     p.timing_budget_s = 30;
   } else if (name == "cpu-small") {

@@ -31,8 +31,11 @@ using json = nlohmann::json;
 // The preset regimes that stand for a baseline matched to kMatchedTo's pair ratio (resolved while running).
 constexpr const char* kFixedMatched = "fixed_matched";
 constexpr const char* kCoverageMatched = "coverage_matched";
+constexpr const char* kCopyMatched = "copy_matched";
 constexpr const char* kMatchedTo = "full_adaptive";
-bool is_matched(const std::string& regime) { return regime == kFixedMatched || regime == kCoverageMatched; }
+bool is_matched(const std::string& regime) {
+  return regime == kFixedMatched || regime == kCoverageMatched || regime == kCopyMatched;
+}
 
 std::string self_exe() {
   char buf[4096];
@@ -110,7 +113,8 @@ double final_pair_ratio(const std::string& dir) {
 
 // Resolves a matched baseline (is_matched) from the mean final pair ratio of the suite's full_adaptive runs (all
 // seeds, finished): "fixed_matched" -> fixed_window_W, W the fixed window of the closest pair ratio;
-// "coverage_matched" -> coverage_budget_P, the coverage policy under the pair budget P / 1000 (spec section 10).
+// "coverage_matched" -> coverage_budget_P, the coverage policy under the pair budget P / 1000 (spec section 10);
+// "copy_matched" -> copy_budget_P, the copy-use policy under that budget (controller/copy_use.h).
 // Recorded in suite.json: later reruns and added seeds use the same regime.
 std::string resolve_matched(const std::string& name, json& suite, const std::string& suite_path,
                             const std::vector<Run>& runs, int T) {
@@ -134,7 +138,7 @@ std::string resolve_matched(const std::string& name, json& suite, const std::str
     m["pair_ratio"] = fixed_window_pair_ratio(T, w);
   } else {
     const int budget = std::max(1, int(std::lround(1000 * target)));  // thousandths
-    m["regime"] = "coverage_budget_" + std::to_string(budget);
+    m["regime"] = (name == kCopyMatched ? "copy_budget_" : "coverage_budget_") + std::to_string(budget);
     m["pair_budget"] = budget / 1000.0;
   }
   suite["matched"][name] = m;
@@ -228,7 +232,10 @@ int suite_run(const SuiteOptions& o) {
     if (matched && std::find(p.regimes.begin(), p.regimes.end(), kMatchedTo) >= std::find(p.regimes.begin(), p.regimes.end(), regime))
       fail("[suite] regime ", regime, " needs ", kMatchedTo, " before it in the regime list");
     Config cfg;
-    config_set(cfg, "aah.regime=" + (!matched ? regime : regime == kFixedMatched ? "fixed_window_1" : "coverage_budget_500"));
+    config_set(cfg, "aah.regime=" + (!matched                   ? regime
+                                     : regime == kFixedMatched ? std::string("fixed_window_1")
+                                     : regime == kCopyMatched  ? std::string("copy_budget_500")
+                                                               : std::string("coverage_budget_500")));
     for (const auto& s : sets) config_set(cfg, s);
     config_validate(cfg);
     controller_config_of(cfg);
