@@ -710,6 +710,7 @@ TEST(ControllerRegimes, EveryNameApplies) {
     ControllerConfig c = config_for(name);
     EXPECT_EQ(c.regime, name);
     if (name == "fixed_window") c.fixed_window = 2;  // takes its window from the knob
+    if (name == "copy_shuffled") c.pair_budget = 0.5;  // takes its budget from the knob (or copy_budget_P before it)
     EXPECT_NO_THROW(controller_validate(c)) << name;
   }
   EXPECT_EQ(config_for("fixed_window_007").fixed_window, 7);

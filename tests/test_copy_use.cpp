@@ -192,3 +192,35 @@ TEST(CopyUse, ControllerDecidesFromEvidenceAndRestoresIt) {
   EXPECT_NE(test::error_of([&] { controller_validate(none); }).find("policy copy needs aah.pair_budget > 0"),
             std::string::npos);
 }
+
+// The chance control: the solver reads a fixed permutation of the heads' evidence, the same at every update.
+TEST(CopyUse, ShuffledControlDecidesOnAnotherHeadsEvidence) {
+  ControllerConfig cfg;
+  cfg.windows = {8, 16, 32, 64};
+  cfg.seed = 3;
+  controller_apply_regime(cfg, "copy_budget_500+copy_shuffled");
+  EXPECT_TRUE(cfg.copy_shuffle);
+  Controller c(cfg, 2, 2);
+  const std::vector<double> use0 = {1.0, 0.8, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0}, use1(8, 0.0);
+  c.update(0, use0.data(), 0), c.update(1, use1.data(), 0);
+  nlohmann::json t;
+  c.update(0, use1.data(), 5, &t);
+  const std::vector<int> perm = t["copy_permutation"];
+  ASSERT_EQ(perm.size(), 4u);
+  std::vector<int> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2, 3}));
+  // the head that reads head 0's evidence is the one kept long
+  const int reader = int(std::find(perm.begin(), perm.end(), 0) - perm.begin());
+  EXPECT_EQ(t["choice"][reader], 3);
+  for (int h = 0; h < 4; h++)
+    if (h != reader) EXPECT_EQ(t["choice"][h], 0);
+  nlohmann::json t2;
+  c.update(1, use1.data(), 5), c.update(0, use1.data(), 10, &t2);
+  EXPECT_EQ(t2["copy_permutation"], t["copy_permutation"]);  // drawn once
+  ControllerConfig wrong;
+  wrong.windows = {8, 16, 32, 64};
+  controller_apply_regime(wrong, "full_adaptive");
+  wrong.copy_shuffle = true;
+  EXPECT_NE(test::error_of([&] { controller_validate(wrong); }).find("policy copy only"), std::string::npos);
+}

@@ -390,13 +390,23 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
   copy_evidence_.resize(size_t(L) * H_ * K, 0.0);
   if (trace) (*trace)["step"] = step, (*trace)["layer"] = l;
   if (l == 0 && copy_measured_ > 0) {  // no evidence yet (the first update): the windows stay as they are
-    const std::vector<int> choice = copy_budget_choice(copy_evidence_.data(), L * H_, cfg_.windows, cfg_.pair_budget);
+    std::vector<double> read = copy_evidence_;
+    if (cfg_.copy_shuffle) {  // the chance control: head h reads head perm[h]'s evidence (Fisher-Yates from the top)
+      std::vector<int> perm(size_t(L) * H_);
+      for (size_t h = 0; h < perm.size(); h++) perm[h] = int(h);
+      Rng rng(controller_stream_seed(cfg_.seed, kSeedStreamCopyShuffle, 0, 0));
+      for (size_t i = perm.size() - 1; i > 0; i--) std::swap(perm[i], perm[rng.below(i + 1)]);
+      for (size_t h = 0; h < perm.size(); h++)
+        std::copy_n(copy_evidence_.data() + size_t(perm[h]) * K, K, read.data() + h * K);
+      if (trace) (*trace)["copy_permutation"] = perm;
+    }
+    const std::vector<int> choice = copy_budget_choice(read.data(), L * H_, cfg_.windows, cfg_.pair_budget);
     for (int m = 0; m < L; m++) {
       std::vector<int> w(H_);
       for (int h = 0; h < H_; h++) w[h] = cfg_.windows[choice[size_t(m) * H_ + h]];
       layers_[m].set_windows(w);
     }
-    if (trace) (*trace)["evidence_used"] = copy_evidence_, (*trace)["choice"] = choice;
+    if (trace) (*trace)["evidence_used"] = read, (*trace)["choice"] = choice;
   }
   double* ev = copy_evidence_.data() + size_t(l) * H_ * K;
   copy_evidence_update(ev, use, H_ * K, cfg_.copy_decay);

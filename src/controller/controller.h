@@ -66,6 +66,7 @@ enum : uint64_t {
   kSeedStreamRandomGrouping = 2, // step 0: fixed random level-0 partition
   kSeedStreamRandomWindow = 3,   // step s: random_window indices at update step s
   kSeedStreamShuffle = 4,        // step s: shuffle_post_select permutation at update step s
+  kSeedStreamCopyShuffle = 5,    // step 0 (layer 0): copy_shuffle's permutation of the model's heads, kept
 };
 uint64_t controller_stream_seed(uint64_t run_seed, uint64_t stream, uint64_t layer, uint64_t step);
 

@@ -46,6 +46,9 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
        "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio; policy copy: "
        "the whole model's exact pair ratio at most (> 0)"},
+      {"aah.copy_shuffle", &c.copy_shuffle, {},
+       "policy copy, a control: each head decided on another head's evidence (a fixed random permutation of the "
+       "model's heads): what the same budget gives by chance"},
       {"aah.copy_decay", &c.copy_decay, in_half_open(0, 1),
        "policy copy: evidence of use = max(use now, this x evidence before) at each update (0.9: half-life 6.6 "
        "updates)"},
@@ -110,6 +113,9 @@ const std::vector<Regime> kVariants = {
     {"random_window", {{"policy", "random"}}, "a fresh seeded random window per head per update"},
     {"shuffle_post_select", {{"shuffle_post_select", "true"}}, "windows permuted across a layer's heads (diagnostic)"},
     {"control_interval_N", {{"control_interval", "N"}}, "control updates every N steps"},
+    {"copy_shuffled", {{"policy", "copy"}, {"copy_shuffle", "true"}},
+     "policy copy with every head decided on another head's evidence (a fixed random permutation): the chance "
+     "control of copy_budget_P (use after it: copy_budget_500+copy_shuffled)"},
     {"coverage_tail_P", {{"policy", "coverage"}, {"coverage_tail", "P/1000"}},
      "policy coverage, masses over the P / 1000 of queries with the least (after coverage_budget_P: within its budget)"},
 };
@@ -261,6 +267,9 @@ void controller_validate(const ControllerConfig& cfg) {
   if (c.policy == WindowPolicy::copy && !(c.pair_budget > 0))
     fail("[controller] policy copy needs aah.pair_budget > 0 (the whole model's pair ratio), regime '", c.regime,
          "' (e.g. regime copy_budget_500)");
+  if (c.copy_shuffle && c.policy != WindowPolicy::copy)
+    fail("[controller] key 'aah.copy_shuffle' applies to policy copy only, regime '", c.regime, "' has policy ",
+         window_policy_name(c.policy));
   if (c.copy_decay != ControllerConfig{}.copy_decay && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.copy_decay' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));

@@ -64,6 +64,8 @@ struct ControllerConfig {
   double coverage_tail = 1;           // policy coverage: a window's mass is the mean over this share of the queries,
                                       // those with the least mass in it (1: every query, the plain mean)
   double copy_decay = 0.9;            // policy copy: evidence = max(use now, copy_decay x evidence before) per update
+  bool copy_shuffle = false;          // policy copy, control: the solver reads head p(h)'s evidence for head h, p a
+                                      // permutation of the model's heads drawn once from the run seed
   double pair_budget = 0;             // policy coverage: 0 off; else per layer the windows of most mass with exact
                                       // pair ratio <= pair_budget (greedy by mass gained per pair), replacing coverage
   uint64_t seed = 0;                  // run seed (train.seed); every random stream is derived from it
