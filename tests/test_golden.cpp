@@ -378,15 +378,16 @@ TEST(Golden, AnUnrecordedKeyIsReportedWithHowToRecordIt) {
   }
 }
 
-// Results do not depend on the thread count: training (local and dense attention, the controller and the coverage
-// policy's mass) and evaluation with one and with two OpenMP threads give the same bits.
+// Results do not depend on the thread count: training (local and dense attention, the controller, the coverage
+// policy's mass and the copy policy's use), evaluation and decoding with one and with two OpenMP threads give the
+// same bits.
 TEST(Golden, RunsAreBitIdenticalWithOneAndTwoThreads) {
   test::TempDir dir("golden-threads");
   const std::string data = dir.path + "/data";
   aah({"data", "synth", "--out", data, "--tokens", "60000", "--vocab", "96", "--seed", "5"});
   for (const std::vector<std::string> regime :
        {std::vector<std::string>{"aah.regime=full_adaptive"}, {"aah.regime=coverage_budget_500"},
-        {"aah.regime=full_adaptive", "aah.attention=dense"}}) {
+        {"aah.regime=copy_budget_500"}, {"aah.regime=full_adaptive", "aah.attention=dense"}}) {
     std::string digests[2];
     for (int threads : {1, 2}) {
       const std::string run = dir.path + "/run-" + std::to_string(threads) + "-" + std::to_string(regime.size()) +
@@ -397,8 +398,10 @@ TEST(Golden, RunsAreBitIdenticalWithOneAndTwoThreads) {
       aah(args, threads);
       const std::string ev = aah({"eval", "--run", run, "--data", data, "--json"}, threads);
       write_file_atomic(run + ".eval.json", ev.substr(ev.find('{')));
+      const std::string lp = run + ".logprobs.jsonl";  // a sampled decode over the KV cache
+      aah({"generate", "--run", run, "--prompt", "k3 k9", "--max-new", "24", "--seed", "4", "--logprobs", lp}, threads);
       digests[threads - 1] = file_digest(run + "/model.safetensors") + json_lines_digest(run + "/metrics.jsonl") +
-                             json_lines_digest(run + ".eval.json");
+                             json_lines_digest(run + ".eval.json") + file_digest(lp);
     }
     EXPECT_EQ(digests[0], digests[1]) << regime[0] << (regime.size() > 1 ? " " + regime[1] : "")
                                       << ": 1 and 2 threads differ";
