@@ -1,12 +1,11 @@
 // The copy-use policy's measurement and decision. See copy_use.h.
 #include "controller/copy_use.h"
 
-#include "controller/coverage.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "controller/coverage.h"
 #include "core/check.h"
 #include "kernels/attention_common.h"
 #include "kernels/cpu/vexp.h"
