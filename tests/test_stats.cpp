@@ -170,7 +170,7 @@ TEST(StatsReport, RetrievalKeptCountsAndEquivalenceBound) {
   for (int seed = 0; seed < 3; seed++) s.add("grouping_off", seed, grouping_loss[seed], 1.0, 1.0);
   report_write(s.dir);
   const std::string md = read_file(s.dir + "/report.md"), html = read_file(s.dir + "/report.html");
-  for (const std::string& line :
+  for (const std::string line :
        {"- **full**: retrieval kept in 5 of 6 seeds (95% CI [0.359, 0.996], Clopper-Pearson).",
         "- **fixed_window_16**: retrieval kept in 3 of 5 seeds (95% CI [0.147, 0.947], Clopper-Pearson).",
         "- **grouping_off**: retrieval kept in 3 of 3 seeds (95% CI [0.292, 1.000], Clopper-Pearson)."}) {
