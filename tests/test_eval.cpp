@@ -6,16 +6,19 @@
 #include <map>
 #include <memory>
 
+#include "controller/copy_use.h"
 #include "core/rng.h"
 #include "eval/eval_run.h"
 #include "eval/probe.h"
 #include "eval/retrieval.h"
 #include "helpers.h"
 #include "io/files.h"
+#include "io/safetensors.h"
 #include "io/shard.h"
 #include "io/synth.h"
 #include "kernels/ref/attention.h"
 #include "model/weights.h"
+#include "train/train.h"
 
 namespace aah {
 namespace {
@@ -365,6 +368,92 @@ TEST(ProbeHeads, ControlledModelOnAHandBuiltShard) {
   // Not a synth corpus: a clear error.
   std::filesystem::remove(cs.d.path + "/data/meta.json");
   EXPECT_NE(error_of([&] { probe_heads(o); }).find("not a synth corpus"), std::string::npos);
+}
+
+// The oracle's cut table (policy oracle) on the controlled shard with the attention output switched back on (random
+// wo): each head alone cut to each candidate window, the answers' mean loss minus that at full windows, against a
+// double-precision copy of the model whose per-position losses are read at the 8 questions' queries directly.
+TEST(ProbeHeads, OracleCutTableMatchesTheDoubleModel) {
+  ControlledSynth cs;
+  Params<float>& p = cs.model->params();
+  Rng rng(31);
+  for (int i = 0; i < ControlledSynth::C * 2 * 8; i++) p.wo[i] = float(0.7 * rng.normal());
+  write_model_dir(cs.d.path + "/run", cs.cfg, *cs.model);
+  const TokenShard val = shard_read(cs.d.path + "/data/val.bin");
+  const RetrievalCutTable t = retrieval_cut_table(cs.cfg, cs.d.path + "/run", val);
+  const int T = ControlledSynth::T, N = 2, K = 4;
+  ASSERT_EQ(t.windows, (std::vector<int>{128, 512, 1024, 1100}));
+  EXPECT_EQ(t.questions, 8);
+  ASSERT_EQ(t.loss_increase.size(), size_t(N) * K);
+
+  Model<double> ref(cs.cfg.model, 1, T, false);
+  for (size_t i = 0; i < cs.model->num_params(); i++) ref.params_data()[i] = cs.model->params_data()[i];
+  auto mean_answer_loss = [&](int head, int window) {  // head -1: every head full
+    double sum = 0;
+    int n = 0;
+    for (int w = 0; w < 3; w++) {
+      const int32_t* in = cs.tokens.data() + w * T;
+      ref.set_full_windows(T);
+      if (head >= 0) ref.windows()[size_t(head)] = window;
+      ref.forward(in, in + 1, 1, T);
+      for (const RetrievalQuestion& q : retrieval_questions(in, in + 1, T)) sum += ref.acts().losses[q.query], n++;
+    }
+    return sum / n;
+  };
+  const double full = mean_answer_loss(-1, 0);
+  EXPECT_NEAR(t.loss_full, full, 1e-4);
+  bool some_change = false;
+  for (int h = 0; h < N; h++)
+    for (int k = 0; k < K; k++) {
+      const double want = k == K - 1 ? 0.0 : mean_answer_loss(h, t.windows[size_t(k)]) - full;
+      EXPECT_NEAR(t.loss_increase[size_t(h) * K + k], want, 1e-4) << h << " " << k;
+      some_change |= std::abs(want) > 1e-2;
+    }
+  EXPECT_TRUE(some_change) << "the cuts must matter for this test to test anything";
+  // The oracle.json record: per head the table rows and the chosen window.
+  const json j = retrieval_cut_table_json(t, {128, 1100});
+  EXPECT_EQ(j["heads"][1]["window"], 1100);
+  EXPECT_EQ(j["heads"][0]["loss_increase"].size(), 4u);
+  EXPECT_EQ(j["questions"], 8);
+}
+
+// A run of regime oracle_budget_500 from that base: before step 0 it sets the windows the copy policy's exact solver
+// picks on the cut table under pair budget 0.5, writes the table and the choice to oracle.json, and keeps them.
+// Without train.init_from it says what it needs.
+TEST(ProbeHeads, OracleRegimeTrainsOnTheWindowsOfTheCutTable) {
+  ControlledSynth cs;
+  Params<float>& p = cs.model->params();
+  Rng rng(31);
+  for (int i = 0; i < ControlledSynth::C * 2 * 8; i++) p.wo[i] = float(0.7 * rng.normal());
+  write_model_dir(cs.d.path + "/run", cs.cfg, *cs.model);
+  std::filesystem::copy_file(cs.d.path + "/data/val.bin", cs.d.path + "/data/train.bin");
+  const TokenShard val = shard_read(cs.d.path + "/data/val.bin");
+  const RetrievalCutTable t = retrieval_cut_table(cs.cfg, cs.d.path + "/run", val);
+  const std::vector<int> c = copy_budget_choice(t.loss_increase.data(), 2, t.windows, 0.5);
+  TrainOptions o;
+  o.data_dir = cs.d.path + "/data";
+  o.out_dir = cs.d.path + "/oracle";
+  o.config = cs.cfg;
+  o.quiet = true;
+  // (aah.regime clears the knobs set before it: the candidate windows again after it)
+  for (const char* s : {"aah.regime=oracle_budget_500", "aah.windows=[128,512,1024,1100]", "train.steps=2", "train.lr=1e-30", "train.min_lr=1e-30",
+                        "train.warmup_steps=0", "train.eval_interval=100"})
+    config_set(o.config, s);
+  EXPECT_NE(error_of([&] { train_run(o); }).find("set train.init_from"), std::string::npos);
+  config_set(o.config, "train.init_from=" + cs.d.path + "/run");
+  o.force = true;
+  ASSERT_EQ(train_run(o), 0);
+  const json oracle = json::parse(read_file(o.out_dir + "/oracle.json"));
+  SafetensorsReader state(o.out_dir + "/controller_state.safetensors");
+  std::vector<int32_t> kept(2);
+  state.read_raw("layers.0.windows", "I32", kept.data(), {2});
+  for (int h = 0; h < 2; h++) {
+    EXPECT_EQ(oracle["heads"][h]["window"], t.windows[size_t(c[size_t(h)])]) << h;
+    EXPECT_EQ(kept[size_t(h)], t.windows[size_t(c[size_t(h)])]) << h;
+    for (int k = 0; k < 4; k++)
+      EXPECT_EQ(oracle["heads"][h]["loss_increase"][k].get<double>(), t.loss_increase[size_t(h) * 4 + k]);
+  }
+  EXPECT_LT(c[0] + c[1], 6) << "pair budget 0.5 cannot hold both heads full";
 }
 
 // A Hugging Face directory (config.json without a train block) is evaluated at its max_position_embeddings,

@@ -82,6 +82,9 @@ Config bench_config(const std::string& regime, int context, const std::string& p
     for (const auto& s : suite_preset(preset).sets) config_set(cfg, s);
   }
   config_validate(cfg);
+  if (controller_config_of(cfg).policy == WindowPolicy::oracle)
+    fail("[bench] regime ", regime, ": policy oracle's windows come from a trained base's cut probe, which a bench ",
+         "does not have (a suite with the retrieval preset times its runs' windows)");
   return cfg;
 }
 

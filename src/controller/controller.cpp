@@ -135,7 +135,8 @@ void LayerController::set_policy_windows(int step) {
   switch (cfg_.policy) {
     case WindowPolicy::controller:
     case WindowPolicy::coverage:
-    case WindowPolicy::copy: break;
+    case WindowPolicy::copy:
+    case WindowPolicy::oracle: break;  // oracle: full until Controller::set_model_windows
     case WindowPolicy::off: windows_.assign(H_, T); break;
     case WindowPolicy::fixed: windows_.assign(H_, std::clamp(cfg_.fixed_window, 1, T)); break;
     case WindowPolicy::deterministic:
@@ -423,6 +424,15 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
 void Controller::copy_windows(int* out) const {
   for (size_t l = 0; l < layers_.size(); l++)
     std::copy(layers_[l].windows().begin(), layers_[l].windows().end(), out + l * H_);
+}
+
+void Controller::set_model_windows(const std::vector<int>& windows) {
+  AAH_CHECK(windows.size() == layers_.size() * size_t(H_), "[controller] set_model_windows: ", windows.size(),
+            " windows for ", layers_.size(), " x ", H_, " heads");
+  for (const int w : windows)
+    AAH_CHECK(w >= 1 && w <= context(), "[controller] set_model_windows: window ", w, " outside [1, ", context(), "]");
+  for (size_t l = 0; l < layers_.size(); l++)
+    layers_[l].set_windows(std::vector<int>(windows.begin() + long(l * H_), windows.begin() + long((l + 1) * H_)));
 }
 
 double Controller::acr() const {

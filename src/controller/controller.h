@@ -182,6 +182,9 @@ class Controller {
   const LayerController& layer(int l) const { return layers_.at(l); }
   const std::vector<int>& windows(int l) const { return layers_.at(l).windows(); }
   void copy_windows(int* out /*(L, H)*/) const;
+  // Policy oracle: every layer's windows (L, H), chosen outside (eval/probe.h) before training; they are kept (and
+  // saved with the state). Each window in [1, T].
+  void set_model_windows(const std::vector<int>& windows);
 
   // ---- statistics for logging (spec section 8) ----
   double acr() const;                        // mean over (layer, head) of W_h / T

@@ -9,7 +9,7 @@
 namespace aah {
 
 const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
-const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage", "copy"}};
+const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage", "copy", "oracle"}};
 
 // ============================================================================================================
 // Knobs: one row per aah.* key of the controller (default: the member's initializer in ControllerConfig)
@@ -44,8 +44,8 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
        "policy coverage: a window's mass is the mean over this share of the queries, those with the least mass in it "
        "(1: all; e.g. 0.02 lets the few queries that reach far decide)"},
       {"aah.pair_budget", &c.pair_budget, in_closed(0, 1),
-       "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio; policy copy: "
-       "the whole model's exact pair ratio at most (> 0)"},
+       "policy coverage: 0 off; else per layer the windows of most mass within this exact pair ratio; policies copy "
+       "and oracle: the whole model's exact pair ratio at most (> 0)"},
       {"aah.copy_shuffle", &c.copy_shuffle, {},
        "policy copy, a control: each head decided on another head's evidence (a fixed random permutation of the "
        "model's heads): what the same budget gives by chance"},
@@ -97,6 +97,10 @@ const std::vector<Regime> kMainRegimes = {
      "copy use (not the paper's): per head the chance-corrected copy mass beyond each window, measured at full "
      "window on every sequence of the batch, held as evidence; one pair budget P / 1000 for the whole model, the "
      "windows that lose the least evidence (exact)"},
+    {"oracle_budget_P", {{"policy", "oracle"}, {"pair_budget", "P/1000"}},
+     "a control on synth retrieval data (not the paper's): before fine-tuning, each head of the train.init_from base "
+     "alone cut to each candidate window on the validation questions; one pair budget P / 1000 for the whole model, "
+     "the windows that add the least answer loss (exact), kept"},
 };
 
 // One change each; alone they apply on top of full_adaptive, after a main regime joined by '+' on top of it.
@@ -261,12 +265,16 @@ void controller_validate(const ControllerConfig& cfg) {
            " is not supported (upper levels pair items: every entry but the last must be 2)");
   if (c.policy == WindowPolicy::fixed && c.fixed_window < 1)
     fail("[controller] key 'aah.fixed_window' must be >= 1 for regime '", c.regime, "' (fixed window policy)");
-  if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage && c.policy != WindowPolicy::copy)
-    fail("[controller] key 'aah.pair_budget' applies to policies coverage and copy only, regime '", c.regime,
+  if (c.pair_budget > 0 && c.policy != WindowPolicy::coverage && c.policy != WindowPolicy::copy &&
+      c.policy != WindowPolicy::oracle)
+    fail("[controller] key 'aah.pair_budget' applies to policies coverage, copy and oracle only, regime '", c.regime,
          "' has policy ", window_policy_name(c.policy));
   if (c.policy == WindowPolicy::copy && !(c.pair_budget > 0))
     fail("[controller] policy copy needs aah.pair_budget > 0 (the whole model's pair ratio), regime '", c.regime,
          "' (e.g. regime copy_budget_500)");
+  if (c.policy == WindowPolicy::oracle && !(c.pair_budget > 0))
+    fail("[controller] policy oracle needs aah.pair_budget > 0 (the whole model's pair ratio), regime '", c.regime,
+         "' (e.g. regime oracle_budget_500)");
   if (c.copy_shuffle && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.copy_shuffle' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));

@@ -28,10 +28,11 @@ enum class WindowPolicy {
   random,         // a fresh seeded random index per head per update, W[idx] (bypasses the resolution EMA)
   coverage,       // need-aware (spec section 10): the smallest window holding aah.coverage of the attention mass
   copy,           // copy use (copy_use.h): one pair budget for the model, the windows that lose the least copy use
+  oracle,         // a control on synth retrieval data: windows from the base's per-head cut probe (eval/oracle.h), kept
 };
 
 extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
-extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage, copy
+extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage, copy, oracle
 inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
 inline const char* window_policy_name(WindowPolicy p) { return enum_name(kWindowPolicyNames, p); }
 

@@ -102,6 +102,9 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   const bool restore = reader && reader->metadata().count("regime") && reader->metadata().at("regime") == cfg.aah.regime;
   // The run's own windows are restored in the terms of its own context (its candidate windows); a shorter text runs
   // them clamped to its context (a window >= T is full attention there).
+  if (!restore && controller_config_of(cfg).policy == WindowPolicy::oracle)
+    fail("[eval] regime ", cfg.aah.regime, ": policy oracle's windows come from a training run's cut probe of its ",
+         "base (aah train with train.init_from); evaluate such a run under its own regime");
   WindowPolicyRunner policy(restore ? run_cfg : cfg, model);
   if (restore) policy.load(*reader);
   const bool decide = !restore;

@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/shard.h"
+#include "model/config.h"
+
 namespace aah {
 
 // Attention probability mass of head h's query at position `query` on the keys [k0, k1): softmax(q k^T / sqrt(D))
@@ -25,5 +28,20 @@ struct ProbeHeadsOptions {
 // {"heads": [{"layer", "head", "def_mass", "accuracy_drop"}, ...] (layer-major), "accuracy_full",
 //  "questions" (counted questions), "context", "cut_window" (the smallest candidate window)}.
 nlohmann::json probe_heads(const ProbeHeadsOptions& opt);
+
+// The oracle control (policy oracle): on the validation windows of a synth corpus (val, as probe_heads reads it),
+// the model of cfg with the weights in weights_dir, each head n (layer-major) alone cut to each candidate window
+// W_k, every other head full: the retrieval answers' mean loss (nats) minus that at full windows, and the accuracy
+// lost. (N, K) row-major, N = layers x heads; column K-1 (the full window) is 0.
+struct RetrievalCutTable {
+  std::vector<int> windows;                          // the candidate windows
+  std::vector<double> loss_increase, accuracy_drop;  // (N, K)
+  double loss_full = 0, accuracy_full = 0;
+  int64_t questions = 0;
+};
+RetrievalCutTable retrieval_cut_table(const Config& cfg, const std::string& weights_dir, const TokenShard& val);
+// {"windows", "questions", "loss_full", "accuracy_full", "heads": [{"loss_increase" (K), "accuracy_drop" (K),
+//  "window": chosen[n]}, ...]}: what a run of policy oracle writes to oracle.json.
+nlohmann::json retrieval_cut_table_json(const RetrievalCutTable& t, const std::vector<int>& chosen);
 
 }  // namespace aah

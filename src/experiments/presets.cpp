@@ -158,8 +158,9 @@ SuitePreset suite_preset(const std::string& name) {
     // formed the copy only partly (33% at distance 128+). When the copy forms varies from run to run (between
     // steps ~4,000 and ~7,500 in the runs measured, on 1 or 2 threads), so the base runs 12,000 steps.
     p.summary = "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
-                "attention base of 12,000 steps, then the five main regimes + coverage and copy use at pair budget 0.5, "
-                "a fixed window and random windows fine-tune 1,000 steps from it, 3 seeds (~45 minutes)";
+                "attention base of 12,000 steps, then the five main regimes + coverage and copy use at pair budget 0.5 "
+                "with its controls (copy use shuffled across heads, the oracle of per-head cuts), a fixed window and "
+                "random windows fine-tune 1,000 steps from it, 3 seeds (~45 minutes)";
     p.data = "synth", p.data_vocab = 128;
     p.synth = retrieval_synth();
     p.sets = {"vocab_size=128",       "hidden_size=64",          "intermediate_size=192", "num_hidden_layers=2",
@@ -171,7 +172,8 @@ SuitePreset suite_preset(const std::string& name) {
                    "train.warmup_steps=" + std::to_string(kRetrievalBaseSteps / 10), "train.log_interval=100",
                    "train.eval_interval=" + std::to_string(kRetrievalBaseSteps / 4)};
     p.regimes = kMain;
-    p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "copy_budget_500", "fixed_matched", "random_window"});
+    p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "copy_budget_500", "copy_budget_500+copy_shuffled",
+                                       "oracle_budget_500", "fixed_matched", "random_window"});
     p.seeds = {0, 1, 2};
     p.timing_budget_s = 30;
   } else if (name == "cpu-small") {

@@ -40,6 +40,11 @@ class WindowPolicyRunner {
   void end_forward();
 
   Controller& controller() { return controller_; }
+  // Policy oracle: the windows (L, H) chosen before training, into the controller and the model.
+  void set_model_windows(const std::vector<int>& windows) {
+    controller_.set_model_windows(windows);
+    controller_.copy_windows(model_.windows().data());
+  }
   const Controller& controller() const { return controller_; }
   // Writes one JSON line per layer per control update to `path` (append when `append`).
   void open_trace(const std::string& path, bool append);

@@ -14,11 +14,13 @@
 #include <fstream>
 
 #include "controller/controller.h"
+#include "controller/copy_use.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
 #include "dist/comm.h"
 #include "eval/eval.h"
+#include "eval/probe.h"
 #include "io/checksum.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -281,6 +283,23 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
   return r;
 }
 
+// Policy oracle (a control): the windows the base's per-head cut probe says lose the least retrieval under the
+// whole model's pair budget (the copy policy's exact solver on the answer-loss increases), set before step 0 and
+// kept; the table and the choice go to oracle.json.
+void oracle_windows_set(const Config& cfg, const TokenShard& val, const std::string& out_dir, bool lead,
+                        WindowPolicyRunner& policy) {
+  if (cfg.train.init_from.empty())
+    fail("[train] policy oracle (regime ", cfg.aah.regime, ") cuts the heads of a trained base: set train.init_from");
+  const RetrievalCutTable t = retrieval_cut_table(cfg, cfg.train.init_from, val);
+  const int N = cfg.model.num_hidden_layers * cfg.model.num_attention_heads;
+  const double budget = controller_config_of(cfg).pair_budget;
+  const std::vector<int> c = copy_budget_choice(t.loss_increase.data(), N, t.windows, budget);
+  std::vector<int> windows(static_cast<size_t>(N));
+  for (int n = 0; n < N; n++) windows[size_t(n)] = t.windows[size_t(c[size_t(n)])];
+  policy.set_model_windows(windows);
+  if (lead) write_file_atomic(out_dir + "/oracle.json", retrieval_cut_table_json(t, windows).dump(1) + "\n");
+}
+
 // train.init_from: the weights of another run (or a Hugging Face Qwen3 directory) as the starting point; the
 // optimizer, the step and the windows start fresh. The model shapes must agree key by key.
 void init_from_dir(const std::string& dir, const ModelConfig& mc, Model<float>& model) {
@@ -436,6 +455,7 @@ int train_run(const TrainOptions& o) {
       init_from_dir(tc.init_from, mc, model);
       if (!quiet) std::fprintf(stderr, "[train] starting from the weights of %s\n", tc.init_from.c_str());
     }
+    if (controller.config().policy == WindowPolicy::oracle) oracle_windows_set(cfg, val, o.out_dir, lead, policy);
   }
   if (!o.resume && lead) {
     checkpoint_remove(o.out_dir);  // --force: the previous run's checkpoint goes first
