@@ -9,6 +9,7 @@
 #include "controller/copy_use.h"
 #include "core/rng.h"
 #include "eval/eval_run.h"
+#include "eval/far_copy.h"
 #include "eval/probe.h"
 #include "eval/retrieval.h"
 #include "helpers.h"
@@ -295,6 +296,28 @@ TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
   }
   // The answered questions' loss is well below the others' (the hand model is not trivially wrong everywhere).
   EXPECT_LT(loss_after(5, f(5)) + 2, loss_after(11, 90));
+
+  // far_copy: the bigram model's loss at a copy is loss_after(x_i, y_i); per bucket the mean over the copies that
+  // far_copies finds in the three windows (the cyclic filler repeats every 29 tokens: many copies at distance 29).
+  ASSERT_TRUE(e.contains("far_copy")) << e.dump();
+  const json& fc = e["far_copy"];
+  EXPECT_EQ(fc["ngram"], kFarCopyNgram);
+  const int edges[4] = {0, 128, 512, 1024};
+  double fl[4] = {0, 0, 0, 0};
+  int64_t fn[4] = {0, 0, 0, 0};
+  for (int w = 0; w < 3; w++) {
+    const int32_t* in = cs.tokens.data() + w * ControlledSynth::T;
+    for (const FarCopy& c : far_copies(in, in + 1, ControlledSynth::T, kFarCopyNgram)) {
+      int b = 3;
+      while (c.distance < edges[b]) b--;
+      fl[b] += loss_after(in[c.pos], in[c.pos + 1]), fn[b]++;
+    }
+  }
+  ASSERT_GT(fn[0], 1000);
+  for (int b = 0; b < 4; b++) {
+    EXPECT_EQ(fc["buckets"][b]["n"], fn[b]) << b;
+    if (fn[b] > 0) EXPECT_NEAR(fc["buckets"][b]["loss"].get<double>(), fl[b] / double(fn[b]), 1e-4) << b;
+  }
 }
 
 // The mass on a range of keys against the scalar reference attention: with values v[j] = (1 if j in [k0, k1),

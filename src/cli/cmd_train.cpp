@@ -53,6 +53,20 @@ int run_eval(const EvalRunOptions& o, bool json, bool vs_full) {
                         pct(b["accuracy"]), " of ", b["n"].dump());
       std::printf("%s\n", line.c_str());
     }
+    if (r.contains("far_copy")) {  // any corpus: loss on far copies against frequency-matched novel tokens
+      auto num = [](const nlohmann::json& x) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.3f", x.is_null() ? 0.0 : x.get<double>());
+        return x.is_null() ? std::string("-") : std::string(b);
+      };
+      const nlohmann::json& fc = r["far_copy"];
+      std::string line =
+          str_cat("far copies (", fc["ngram"].dump(), "-gram repeats), loss / matched novel tokens' loss:");
+      for (auto& b : fc["buckets"])
+        line += str_cat(" [", b["lo"].dump(), ", ", b["hi"].is_null() ? "inf" : b["hi"].dump(), "): ", num(b["loss"]),
+                        " / ", num(b["control_loss"]), " of ", b["n"].dump());
+      std::printf("%s\n", line.c_str());
+    }
   }
   return 0;
 }
@@ -104,8 +118,9 @@ void add_train_commands(CLI::App& app, int& rc) {
       ->default_val(64);
   eval->add_flag("--json", json,
                  "Print one JSON object: val_loss, val_ppl, inference_acr, window_fractions, pair_ratio, "
-                 "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, loss_by_position, retrieval (synth "
-                 "data), ...");
+                 "attn_work_ratio, tokens_per_s, peak_rss_mb, window_map, loss_by_position, far_copy (the loss on "
+                 "tokens a copy from distance d would predict, by distance, beside frequency-matched novel tokens), "
+                 "retrieval (synth data), ...");
   eval->add_flag("--vs-full", vs_full,
                  "Also evaluate with every window full and report the loss change the regime makes "
                  "(full_val_loss, delta_val_loss_vs_full)");

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/sys.h"
 #include "eval/eval.h"
+#include "eval/far_copy.h"
 #include "eval/retrieval.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -119,6 +120,14 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   // Retrieval of the synth corpus's questions, scored after each micro-batch's forward.
   const bool synth = !o.data.empty() && synth_is_corpus(o.data);
   std::vector<RetrievalBucket> retrieval = retrieval_buckets(controller.config().windows);
+  // Far copies on any corpus (far_copy.h), frequency classes from the evaluated tokens.
+  const int64_t evaluated = std::min<int64_t>(int64_t(val.tokens.size()), n_windows * T + 1);
+  std::vector<int64_t> token_count(size_t(std::max<int64_t>(val.vocab_size, cfg.model.vocab_size)), 0);
+  for (int64_t i = 0; i < evaluated; i++) {
+    const int32_t t = val.tokens[size_t(i)];
+    if (t >= 0 && size_t(t) < token_count.size()) token_count[size_t(t)]++;
+  }
+  FarCopyProbe far_copy(controller.config().windows, std::move(token_count));
   const EvalResult r =
       eval_loss(model, val.tokens, T, cfg.train.eval_windows, batch, [&](int mb, int rows, bool before) {
         if (before) {
@@ -127,6 +136,10 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
           return;
         }
         policy.end_forward();
+        for (int b = 0; b < rows; b++) {
+          const int32_t* inputs = val.tokens.data() + (int64_t(mb) * batch + b) * T;
+          far_copy.add(inputs, inputs + 1, model.acts().losses + int64_t(b) * T, T);
+        }
         if (synth) {  // eval_loss's windows: w starts at token w T, micro-batch mb holds windows mb batch ...
           const int32_t* inputs = val.tokens.data() + int64_t(mb) * batch * T;
           retrieval_score_forward(retrieval, model, inputs, inputs + 1, rows, T);
@@ -182,6 +195,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
           {"window_map", map},
           {"windows_decided_at_eval", decide},
           {"loss_by_position", {{"bucket", P}, {"start", starts}, {"loss", pos_loss}, {"tokens", pos_tokens}}}};
+  out["far_copy"] = far_copy.json();
   if (synth) out["retrieval"] = retrieval_json(retrieval);
   return out;
 }
