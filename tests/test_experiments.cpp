@@ -247,6 +247,30 @@ json metrics_line(int step, double tokens, double tps, double elapsed, double va
   return j;
 }
 
+// A hand-made finished run of a suite in dir/runs/<regime>-s<seed>: a tiny config, the metrics lines and an eval.json
+// with every required field (plus `extra`).
+void write_hand_run(const std::string& dir, const std::string& regime, int seed, const std::vector<json>& lines,
+                    const json& extra = json::object()) {
+  Config cfg;
+  config_set(cfg, "aah.regime=" + regime);
+  for (const char* s :
+       {"vocab_size=64", "hidden_size=16", "intermediate_size=32", "num_hidden_layers=1", "num_attention_heads=2",
+        "num_key_value_heads=2", "head_dim=8", "train.context=64", "train.steps=40"})
+    config_set(cfg, s);
+  config_set(cfg, "train.seed=" + std::to_string(seed));
+  const std::string rd = dir + "/runs/" + regime + "-s" + std::to_string(seed);
+  make_dirs(rd);
+  write_file_atomic(rd + "/config.json", config_to_json(cfg).dump(2));
+  std::string m;
+  for (const json& j : lines) m += j.dump() + "\n";
+  write_file_atomic(rd + "/metrics.jsonl", m);
+  json ev = {{"val_loss", 1.0},        {"val_ppl", 2.7},      {"inference_acr", 1.0}, {"pair_ratio", 1.0},
+             {"attn_work_ratio", 1.0}, {"tokens_per_s", 1.0}, {"peak_rss_mb", 1.0},   {"window_fractions", json::object()},
+             {"window_map", {{64, 64}}}};
+  ev.update(extra);
+  write_file_atomic(rd + "/eval.json", ev.dump());
+}
+
 TEST(Report, TimeToLossHandWorked) {
   // full, seed 0: intervals of 1000 tokens at 100, 100, 50, 100 tokens/s = 10, 10, 20, 10 s; evaluations at steps 20
   // (t = 20 s, loss 5.0) and 40 (t = 50 s, loss 4.0). elapsed_s (20, 45, 55) would count 5 s of evaluation.
@@ -289,24 +313,7 @@ TEST(Report, TimeToLossHandWorked) {
   const test::TempDir tmp("ttl");
   const std::string dir = tmp.path + "/suite";
   auto add_run = [&](const std::string& regime, int seed, const std::vector<json>& lines) {
-    Config cfg;
-    config_set(cfg, "aah.regime=" + regime);
-    for (const char* s :
-         {"vocab_size=64", "hidden_size=16", "intermediate_size=32", "num_hidden_layers=1", "num_attention_heads=2",
-          "num_key_value_heads=2", "head_dim=8", "train.context=64", "train.steps=40"})
-      config_set(cfg, s);
-    config_set(cfg, "train.seed=" + std::to_string(seed));
-    const std::string rd = dir + "/runs/" + regime + "-s" + std::to_string(seed);
-    make_dirs(rd);
-    write_file_atomic(rd + "/config.json", config_to_json(cfg).dump(2));
-    std::string m;
-    for (const json& j : lines) m += j.dump() + "\n";
-    write_file_atomic(rd + "/metrics.jsonl", m);
-    const json ev = {
-        {"val_loss", 1.0},         {"val_ppl", 2.7},      {"inference_acr", 1.0}, {"pair_ratio", 1.0},
-        {"attn_work_ratio", 1.0},  {"tokens_per_s", 1.0}, {"peak_rss_mb", 1.0},   {"window_fractions", json::object()},
-        {"window_map", {{64, 64}}}};
-    write_file_atomic(rd + "/eval.json", ev.dump());
+    write_hand_run(dir, regime, seed, lines);
   };
   add_run("full", 0, full0);
   add_run("full", 1, {metrics_line(20, 2000, 100, 20, 5.2), metrics_line(40, 4000, 100, 45, 4.2)});
@@ -380,6 +387,54 @@ TEST(Report, TimeToLossHandWorked) {
             std::string::npos)
       << md;
   EXPECT_TRUE(fs::exists(dir + "/figures/val_loss_time.svg"));
+}
+
+// The far-copy section on a hand-made suite: two buckets, full and fixed_window_16 on seeds 0 and 1. Excess of a run
+// = copies' loss - control's loss; paired with full: seed 0 (3.0 - 2.0) - (2.5 - 2.0) = 0.5, seed 1 (3.2 - 2.1) -
+// (2.4 - 2.0) = 0.7 at distance 32+ (mean 0.6, se 0.1, 95% half-width 12.706 x 0.1); 0.0 and 0.0 below 32.
+TEST(Report, FarCopyExcessPairedBySeedHandWorked) {
+  const test::TempDir tmp("farcopy");
+  const std::string dir = tmp.path + "/suite";
+  auto far = [](double near_loss, double near_ctrl, double far_loss, double far_ctrl) {
+    return json{{"far_copy",
+                 {{"ngram", 3},
+                  {"novel", 10},
+                  {"buckets",
+                   {{{"lo", 0}, {"hi", 32}, {"n", 5}, {"loss", near_loss}, {"matched", 5}, {"control_loss", near_ctrl}},
+                    {{"lo", 32}, {"hi", nullptr}, {"n", 5}, {"loss", far_loss}, {"matched", 5},
+                     {"control_loss", far_ctrl}}}}}}};
+  };
+  const std::vector<json> lines = {metrics_line(20, 2000, 100, 20, 5.0), metrics_line(40, 4000, 100, 40, 4.0)};
+  write_hand_run(dir, "full", 0, lines, far(1.0, 2.0, 2.5, 2.0));
+  write_hand_run(dir, "full", 1, lines, far(1.1, 2.0, 2.4, 2.0));
+  write_hand_run(dir, "fixed_window_16", 0, lines, far(1.2, 2.2, 3.0, 2.0));
+  write_hand_run(dir, "fixed_window_16", 1, lines, far(1.3, 2.2, 3.2, 2.1));
+  report_write(dir);
+  const json rep = json::parse(read_file(dir + "/report.json"));
+  ASSERT_EQ(rep["far_copy"].size(), 2u);
+  const json& x = rep["far_copy"][1];
+  EXPECT_EQ(x["regime"], "fixed_window_16");
+  const json& farb = x["buckets"][1]["excess_vs_full"];
+  EXPECT_NEAR(farb["mean"].get<double>(), 0.6, 1e-12);
+  EXPECT_NEAR(farb["hi95"].get<double>() - 0.6, 12.706 * 0.1, 1e-9);
+  EXPECT_NEAR(x["buckets"][1]["delta_loss_vs_full"]["mean"].get<double>(), 0.65, 1e-12);
+  EXPECT_NEAR(x["buckets"][0]["excess_vs_full"]["mean"].get<double>(), 0.0, 1e-12);
+  EXPECT_NEAR(x["buckets"][0]["loss"]["mean"].get<double>(), 1.25, 1e-12);
+  const std::string md = read_file(dir + "/report.md");
+  EXPECT_NE(md.find("## Far copies by distance (real text)"), std::string::npos);
+  // Two seeds: the 95% interval [-0.67, 1.87] holds 0; the 90% one is 0.6 -+ 6.314 x 0.1, so the data rule out
+  // only differences above 0.6 + 0.631.
+  EXPECT_NE(md.find("- **fixed_window_16** far copies (real text) vs full: no difference detected beyond the "
+                    "frequency-matched control in any distance bucket (equivalent within ±" +
+                    fixed(0.6 + t_quantile_95(1) * 0.1, 3) + " nats in every bucket)."),
+            std::string::npos)
+      << md;
+  EXPECT_NE(read_file(dir + "/summary.csv").find("fixed_window_16,far_copy,excess_vs_full_32+,2,0.6"),
+            std::string::npos);
+  // A hostile far_copy names the file.
+  write_hand_run(dir, "full", 2, lines, json{{"far_copy", {{"buckets", {{{"lo", 0}, {"loss", "x"}}}}}}});
+  EXPECT_NE(test::error_of([&] { report_write(dir); }).find("full-s2/eval.json: a 'far_copy' bucket is not"),
+            std::string::npos);
 }
 
 TEST(Suite, SmokePresetEndToEndEveryReportNumberFromTheRunFiles) {

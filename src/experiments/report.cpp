@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "eval/far_copy.h"
 #include "experiments/stats.h"
 #include "experiments/svg.h"
 #include "io/files.h"
@@ -611,6 +612,85 @@ RetrievalSection retrieval_section(const std::vector<RunData>& runs, const std::
   return s;
 }
 
+// Far copies on any corpus (eval.json's far_copy, eval/far_copy.h): per distance bucket the loss on tokens a copy
+// from that distance predicts, beside frequency-matched novel tokens. Per regime and bucket, paired against full by
+// seed: how much the copies' loss rose beyond the control's, (copy - control) - full's (copy - control).
+struct FarCopySection {
+  Table table;          // per regime and bucket: copies' loss / control's loss, mean over seeds
+  Table delta;          // per regime but full and bucket: the paired excess, mean ± 95% half-width
+  std::string summary;  // the summary's line per regime but full
+  std::string csv;      // summary.csv rows, source "far_copy"
+  json regimes = json::array();
+};
+
+// A run's far-copy number in the bucket starting at lo ("loss" or "control_loss"); NaN where missing.
+double far_copy_value(const RunData& r, int lo, const char* key) {
+  if (!r.eval.contains("far_copy")) return NAN;
+  for (const auto& b : r.eval["far_copy"]["buckets"])
+    if (b["lo"].get<int>() == lo && b[key].is_number()) return b[key].get<double>();
+  return NAN;
+}
+
+FarCopySection far_copy_section(const std::vector<RunData>& runs, const std::vector<std::string>& regimes) {
+  FarCopySection s;
+  std::vector<RetrievalBucket> buckets;  // (lo, hi) of the first run that has far_copy
+  for (const auto& r : runs)
+    if (r.eval.contains("far_copy") && buckets.empty())
+      for (const auto& b : r.eval["far_copy"]["buckets"]) buckets.push_back({b["lo"].get<int>(), b.value("hi", json())});
+  if (buckets.empty()) return s;
+  s.table.header = s.delta.header = {"regime"};
+  for (const RetrievalBucket& b : buckets) {
+    s.table.header.push_back("copies / control " + bucket_label(b));
+    s.delta.header.push_back("excess vs full " + bucket_label(b));
+  }
+  const auto full = regime_runs(runs, "full");
+  for (const auto& g : regimes) {
+    const auto rs = regime_runs(runs, g);
+    std::vector<std::string> row = {g}, drow = {g};
+    json jr = {{"regime", g}, {"buckets", json::array()}};
+    std::string differs;
+    double bound = 0;
+    int paired = 0;
+    for (const RetrievalBucket& b : buckets) {
+      const int lo = b.first;
+      const auto [copy, dcopy] = paired_over_seeds(rs, full, [lo](const RunData& r) { return far_copy_value(r, lo, "loss"); });
+      const auto [ctrl, dctrl] =
+          paired_over_seeds(rs, full, [lo](const RunData& r) { return far_copy_value(r, lo, "control_loss"); });
+      const auto [ex, dex] = paired_over_seeds(rs, full, [lo](const RunData& r) {
+        return far_copy_value(r, lo, "loss") - far_copy_value(r, lo, "control_loss");
+      });
+      row.push_back(str_cat(cell(copy, 3), " / ", cell(ctrl, 3)));
+      drow.push_back(dex.n ? str_cat(dex.mean >= 0 ? "+" : "", cell(dex, 3)) : "–");
+      jr["buckets"].push_back({{"lo", lo}, {"hi", b.second}, {"loss", interval_json(copy)},
+                               {"control_loss", interval_json(ctrl)},
+                               {"delta_loss_vs_full", with_equivalence(interval_json(dcopy), dcopy)},
+                               {"delta_control_vs_full", with_equivalence(interval_json(dctrl), dctrl)},
+                               {"excess_vs_full", with_equivalence(interval_json(dex), dex)}});
+      s.csv += summary_csv_row(g, "far_copy", "loss_" + bucket_label(b), copy.n, copy.mean, copy.lo, copy.hi);
+      if (g == "full") continue;
+      s.csv += summary_csv_row(g, "far_copy", "excess_vs_full_" + bucket_label(b), dex.n, dex.mean, dex.lo, dex.hi);
+      paired = std::max(paired, dex.n);
+      if (dex.n < 2) continue;
+      bound = std::max(bound, equivalence_bound90(dex));
+      if (dex.lo > 1e-9 || dex.hi < -1e-9)  // (not a rounding error of equal differences)
+        differs += str_cat(differs.empty() ? "" : ", ", "distance ", bucket_label(b), ": ", dex.mean > 0 ? "+" : "",
+                           fixed(dex.mean, 3), " nats (95% CI [", fixed(dex.lo, 3), ", ", fixed(dex.hi, 3), "])");
+    }
+    s.table.rows.push_back(row);
+    s.regimes.push_back(jr);
+    if (g == "full" || full.empty()) continue;
+    s.delta.rows.push_back(drow);
+    const std::string v = paired == 0 ? "no seed paired with full: no claim"
+                          : paired < 2 ? "one seed: no claim"
+                          : !differs.empty()
+                              ? "beyond the frequency-matched control, " + differs
+                              : str_cat("no difference detected beyond the frequency-matched control in any distance "
+                                        "bucket (equivalent within ±", fixed(bound, 3), " nats in every bucket)");
+    s.summary += str_cat("- **", g, "** far copies (real text) vs full: ", v, ".\n");
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<json> report_parse_metrics(const std::string& text, const std::string& name) {
@@ -727,6 +807,16 @@ void report_check_eval(const json& e, const std::string& name) {
       if (!b.is_object() || !b.contains("lo") || !b["lo"].is_number_integer() || !b.contains("accuracy") ||
           !(b["accuracy"].is_number() || b["accuracy"].is_null()))
         fail("[report] ", name, ": a 'retrieval' bucket is not {lo, hi, n, accuracy, loss}");
+  }
+  if (e.contains("far_copy")) {
+    const json& fc = e["far_copy"];
+    if (!fc.is_object() || !fc.contains("buckets") || !fc["buckets"].is_array() || fc["buckets"].size() > 1000)
+      fail("[report] ", name, ": 'far_copy' has no 'buckets' array");
+    for (const auto& b : fc["buckets"])
+      if (!b.is_object() || !b.contains("lo") || !b["lo"].is_number_integer() || !b.contains("loss") ||
+          !(b["loss"].is_number() || b["loss"].is_null()) || !b.contains("control_loss") ||
+          !(b["control_loss"].is_number() || b["control_loss"].is_null()))
+        fail("[report] ", name, ": a 'far_copy' bucket is not {lo, hi, n, loss, matched, control_loss}");
   }
   if (!e.contains("window_map") || !e["window_map"].is_array() || e["window_map"].empty())
     fail("[report] ", name, ": 'window_map' is missing, empty or not an array");
@@ -1011,6 +1101,16 @@ void report_write(const std::string& dir) {
   const RetrievalSection retr = retrieval_section(runs, regimes);
   summary_md += retr.summary;  // empty without full
   csv_summary += retr.csv;
+  // Far copies by distance (any corpus), against a frequency-matched control, paired with full by seed.
+  const FarCopySection far = far_copy_section(runs, regimes);
+  summary_md += far.summary;
+  csv_summary += far.csv;
+  const std::string far_note = str_cat(
+      "A far copy at distance d: a token that the continuation of the closest earlier occurrence of the n-gram before "
+      "it predicts (n = ", kFarCopyNgram, "), that occurrence d tokens back; a window <= d hides it. Control: tokens "
+      "with no earlier occurrence in the window, matched to each bucket's copies by frequency class (floor(log2(count))"
+      " over the evaluated tokens). Excess vs full: (copies' loss - control's loss) minus full's, paired by seed, mean "
+      "± 95% half-width: above 0 when the regime made far copies harder than tokens it could not copy anyway.");
 
   // The heads that matter (probe.json of a full run, synth data): per head the attention mass on the DEF and the
   // retrieval accuracy drop when that head alone is cut, beside each regime's final window of the same (layer,
@@ -1339,6 +1439,9 @@ void report_write(const std::string& dir) {
   if (!retr.table.rows.empty())
     md += "## Retrieval accuracy by DEF-ASK distance\n\n" + markdown(retr.table) + "\n" + retr.kept_md + "\n" + retr.note +
           "\n\n";
+  if (!far.table.rows.empty())
+    md += "## Far copies by distance (real text)\n\n" + markdown(far.table) + "\n" +
+          (far.delta.rows.empty() ? "" : markdown(far.delta) + "\n") + far_note + "\n\n";
   if (!heads_t.rows.empty()) md += "## Heads that matter, and the windows they got\n\n" + markdown(heads_t) + "\n" + heads_note + "\n\n";
   md += "## Training (the paper's Table 4)\n\n" + markdown(shown(train_t)) +
         "\n## Inference (the paper's Table 6)\n\n" + markdown(shown(eval_t));
@@ -1357,6 +1460,9 @@ void report_write(const std::string& dir) {
   if (!retr.table.rows.empty())
     html += "<h2>Retrieval accuracy by DEF-ASK distance</h2>\n" + html_table(retr.table) + html_list(retr.kept_md) +
             html_paragraph(retr.note);
+  if (!far.table.rows.empty())
+    html += "<h2>Far copies by distance (real text)</h2>\n" + html_table(far.table) +
+            (far.delta.rows.empty() ? "" : html_table(far.delta)) + html_paragraph(far_note);
   if (!heads_t.rows.empty())
     html += "<h2>Heads that matter, and the windows they got</h2>\n" + html_table(heads_t) + html_paragraph(heads_note);
   html += "<h2>Training (the paper's Table 4)</h2>\n" + html_table(shown(train_t)) +
@@ -1374,6 +1480,7 @@ void report_write(const std::string& dir) {
   out["headline"] = headline;
   if (!timing.is_null()) out["timing"] = timing;
   if (!retr.regimes.empty()) out["retrieval"] = retr.regimes;
+  if (!far.regimes.empty()) out["far_copy"] = far.regimes;
   if (!heads_json.empty()) out["heads"] = heads_json;
   if (!pos_starts.empty()) write_file_atomic(dir + "/loss_by_position.csv", csv_pos);
   write_file_atomic(dir + "/report.md", md);
