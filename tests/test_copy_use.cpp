@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "kernels/attention_common.h"
+#include "kernels/ref/attention.h"
 
 using namespace aah;
 
@@ -223,4 +224,68 @@ TEST(CopyUse, ShuffledControlDecidesOnAnotherHeadsEvidence) {
   controller_apply_regime(wrong, "full_adaptive");
   wrong.copy_shuffle = true;
   EXPECT_NE(test::error_of([&] { controller_validate(wrong); }).find("policy copy only"), std::string::npos);
+}
+
+// The output-change statistic against the scalar reference attention in double: per head and window, the head's
+// outputs under that window (every head of a GQA group at once) against full, summed squared differences over the
+// sum of squared full outputs. Random q, k, v with two query heads per key/value head, 2 sequences, T = 200 with
+// windows 16 / 50 / 200 (and a hand check: with v constant over the keys every window gives the same output).
+TEST(CopyUse, OutputChangeMatchesTheReferenceAttention) {
+  const int S = 2, H = 4, Hkv = 2, T = 200, D = 8;
+  const std::vector<int> windows = {16, 50, 200};
+  const int K = int(windows.size());
+  Rng rng(5);
+  std::vector<float> q(size_t(S) * H * T * D), k(size_t(S) * Hkv * T * D), v(k.size());
+  for (auto& x : q) x = float(rng.normal());
+  for (auto& x : k) x = float(rng.normal());
+  for (auto& x : v) x = float(rng.normal());
+  std::vector<double> change(size_t(S) * H * K);
+  output_change(change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
+  for (int s = 0; s < S; s++) {
+    const size_t qo = size_t(s) * H * T * D, ko = size_t(s) * Hkv * T * D;
+    const std::vector<double> qd(q.begin() + qo, q.begin() + qo + size_t(H) * T * D);
+    const std::vector<double> kd(k.begin() + ko, k.begin() + ko + size_t(Hkv) * T * D);
+    const std::vector<double> vd(v.begin() + ko, v.begin() + ko + size_t(Hkv) * T * D);
+    std::vector<std::vector<double>> out(size_t(K), std::vector<double>(size_t(H) * T * D));
+    std::vector<double> lse(size_t(H) * T);
+    for (int c = 0; c < K; c++) {
+      const std::vector<int> win(size_t(H), windows[size_t(c)]);
+      ref::attn_local_forward(out[size_t(c)].data(), lse.data(), qd.data(), kd.data(), vd.data(), win.data(), 1, H, Hkv,
+                              T, D, nullptr, nullptr);
+    }
+    for (int h = 0; h < H; h++) {
+      double energy = 0;
+      for (size_t i = size_t(h) * T * D; i < size_t(h + 1) * T * D; i++) energy += out[size_t(K - 1)][i] * out[size_t(K - 1)][i];
+      for (int c = 0; c < K; c++) {
+        double diff = 0;
+        for (size_t i = size_t(h) * T * D; i < size_t(h + 1) * T * D; i++) {
+          const double x = out[size_t(c)][i] - out[size_t(K - 1)][i];
+          diff += x * x;
+        }
+        EXPECT_NEAR(change[(size_t(s) * H + h) * K + c], diff / energy, 1e-5 * (diff / energy) + 1e-9)
+            << s << " " << h << " " << windows[size_t(c)];
+      }
+      EXPECT_GT(change[(size_t(s) * H + h) * K], change[(size_t(s) * H + h) * K + 1]);  // a smaller window changes more
+      EXPECT_EQ(change[(size_t(s) * H + h) * K + 2], 0.0);
+    }
+  }
+  std::fill(v.begin(), v.end(), 1.0f);  // every key's value the same: no window changes the output
+  output_change(change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
+  for (double c : change) EXPECT_NEAR(c, 0.0, 1e-12);
+}
+
+// Regime output_budget_P: policy copy with the output statistic at budget P / 1000; the statistic knob belongs to
+// policy copy only.
+TEST(CopyUse, OutputBudgetRegime) {
+  ControllerConfig c;
+  controller_apply_regime(c, "output_budget_500");
+  EXPECT_EQ(c.policy, WindowPolicy::copy);
+  EXPECT_EQ(c.use_statistic, UseStatistic::output);
+  EXPECT_DOUBLE_EQ(c.pair_budget, 0.5);
+  ControllerConfig d;
+  controller_apply_regime(d, "full_adaptive");
+  d.use_statistic = UseStatistic::output;
+  d.windows = {8, 16};
+  EXPECT_NE(test::error_of([&] { controller_validate(d); }).find("aah.use_statistic' applies to policy copy only"),
+            std::string::npos);
 }

@@ -8,6 +8,7 @@
 
 namespace aah {
 
+const EnumNames<UseStatistic> kUseStatisticNames = {{"copy", "output"}};
 const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
 const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage", "copy", "oracle"}};
 
@@ -49,6 +50,9 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.copy_shuffle", &c.copy_shuffle, {},
        "policy copy, a control: each head decided on another head's evidence (a fixed random permutation of the "
        "model's heads): what the same budget gives by chance"},
+      {"aah.use_statistic", enum_ref(&c.use_statistic, kUseStatisticNames), {},
+       "policy copy: the evidence per head and window, copy (chance-corrected copy mass beyond it) or output (the "
+       "relative change of the head's output when cut to it, ||o(W) - o(full)||^2 / ||o(full)||^2)"},
       {"aah.copy_decay", &c.copy_decay, in_half_open(0, 1),
        "policy copy: evidence of use = max(use now, this x evidence before) at each update (0.9: half-life 6.6 "
        "updates)"},
@@ -97,6 +101,9 @@ const std::vector<Regime> kMainRegimes = {
      "copy use (not the paper's): per head the chance-corrected copy mass beyond each window, measured at full "
      "window on every sequence of the batch, held as evidence; one pair budget P / 1000 for the whole model, the "
      "windows that lose the least evidence (exact)"},
+    {"output_budget_P", {{"policy", "copy"}, {"use_statistic", "output"}, {"pair_budget", "P/1000"}},
+     "copy_budget_P with the output change as the evidence (DuoAttention's criterion, measured directly): per head "
+     "and window the relative change of the head's output when cut to it, at full window on every sequence"},
     {"oracle_budget_P", {{"policy", "oracle"}, {"pair_budget", "P/1000"}},
      "a control on synth retrieval data (not the paper's): before fine-tuning, each head of the train.init_from base "
      "alone cut to each candidate window on the validation questions; one pair budget P / 1000 for the whole model, "
@@ -277,6 +284,9 @@ void controller_validate(const ControllerConfig& cfg) {
          "' (e.g. regime oracle_budget_500)");
   if (c.copy_shuffle && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.copy_shuffle' applies to policy copy only, regime '", c.regime, "' has policy ",
+         window_policy_name(c.policy));
+  if (c.use_statistic != UseStatistic::copy && c.policy != WindowPolicy::copy)
+    fail("[controller] key 'aah.use_statistic' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));
   if (c.copy_decay != ControllerConfig{}.copy_decay && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.copy_decay' applies to policy copy only, regime '", c.regime, "' has policy ",

@@ -31,6 +31,11 @@ enum class WindowPolicy {
   oracle,         // a control on synth retrieval data: windows from the base's per-head cut probe (eval/oracle.h), kept
 };
 
+// Policy copy's statistic of use (copy_use.h): chance-corrected copy mass beyond each window, or the relative change
+// of the head's output when cut to it.
+enum class UseStatistic { copy, output };
+
+extern const EnumNames<UseStatistic> kUseStatisticNames;  // copy, output
 extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
 extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage, copy, oracle
 inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
@@ -64,6 +69,7 @@ struct ControllerConfig {
   int coverage_sample = 1;            // policy coverage: sequences of the batch the mass is measured on (the first)
   double coverage_tail = 1;           // policy coverage: a window's mass is the mean over this share of the queries,
                                       // those with the least mass in it (1: every query, the plain mean)
+  UseStatistic use_statistic = UseStatistic::copy;  // policy copy: what its evidence measures
   double copy_decay = 0.9;            // policy copy: evidence = max(use now, copy_decay x evidence before) per update
   bool copy_shuffle = false;          // policy copy, control: the solver reads head p(h)'s evidence for head h, p a
                                       // permutation of the model's heads drawn once from the run seed

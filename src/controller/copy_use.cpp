@@ -49,7 +49,68 @@ void head_copy_use(double* use, const float* q, const float* k, const int32_t* x
   }
 }
 
+// change (K) of one (sequence, head), see output_change in copy_use.h. scores: (kQueryBlock, T) scratch; acc (D)
+// and out (K, D) scratch.
+void head_output_change(double* change, const float* q, const float* k, const float* v, int T, int D,
+                        const int* windows, int K, float* scores, double* acc, double* out) {
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<double> den(static_cast<size_t>(K)), diff(static_cast<size_t>(K), 0.0);
+  double energy = 0;
+  for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
+    const int i1 = std::min(T, i0 + kQueryBlock);
+    cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
+    for (int i = i0; i < i1; i++) {
+      float* e = scores + size_t(i - i0) * i1;
+      const int n = i + 1;  // causal: keys 0 .. i
+      cpu::vexp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      // Keys from i inwards; after the W_c nearest (keys i - W_c + 1 .. i), the running sums are window W_c's.
+      std::fill(acc, acc + D, 0.0);
+      double sum = 0;
+      int j = i, c = 0;
+      for (; c < K; c++) {
+        const int lo = std::max(0, n - windows[c]);
+        for (; j >= lo; j--) {
+          sum += e[j];
+          for (int d = 0; d < D; d++) acc[d] += double(e[j]) * v[size_t(j) * D + d];
+        }
+        den[size_t(c)] = sum;
+        std::copy(acc, acc + D, out + size_t(c) * D);
+      }
+      const double* full = out + size_t(K - 1) * D;  // W_{K-1} = T: every key
+      for (int d = 0; d < D; d++) energy += (full[d] / sum) * (full[d] / sum);
+      for (int c2 = 0; c2 + 1 < K; c2++) {
+        if (n <= windows[c2]) continue;  // the window holds every key: no change
+        for (int d = 0; d < D; d++) {
+          const double x = out[size_t(c2) * D + d] / den[size_t(c2)] - full[d] / sum;
+          diff[size_t(c2)] += x * x;
+        }
+      }
+    }
+  }
+  for (int c = 0; c < K; c++) change[c] = energy > 0 ? diff[size_t(c)] / energy : 0.0;
+}
+
 }  // namespace
+
+void output_change(double* change, const float* q, const float* k, const float* v, int S, int H, int Hkv, int T,
+                   int D, const int* windows, int K) {
+  AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1);
+  AAH_CHECK(windows[K - 1] >= T, "[copy] output_change: the last candidate window must be the full context");
+  const int group = H / Hkv, tasks = S * H;
+  const size_t per_head = size_t(T) * D;
+#pragma omp parallel if (tasks > 1)
+  {
+    std::vector<float> scores(size_t(std::min(T, kQueryBlock)) * T);
+    std::vector<double> acc(static_cast<size_t>(D)), out(static_cast<size_t>(K) * D);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tasks; t++) {
+      const int s = t / H, h = t % H;
+      const size_t kv = (size_t(s) * Hkv + h / group) * per_head;
+      head_output_change(change + size_t(t) * K, q + (size_t(s) * H + h) * per_head, k + kv, v + kv, T, D, windows,
+                         K, scores.data(), acc.data(), out.data());
+    }
+  }
+}
 
 void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
               const int* windows, int K) {

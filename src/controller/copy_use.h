@@ -28,6 +28,14 @@ namespace aah {
 void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
               const int* windows, int K);
 
+// The other statistic of use (aah.use_statistic=output; issue 40, DuoAttention's criterion measured directly): for
+// each (sequence s, head h) and candidate window W_k, change (S, H, K) = sum_i ||o_i(W_k) - o_i(full)||^2 /
+// sum_i ||o_i(full)||^2 over the queries i of the sequence, o_i(W) the head's attention output at query i under
+// window W (softmax over the W nearest keys, causal) on v (S, Hkv, T, D). 0 where W_k holds every key (W_{K-1} must be
+// T). Threads split the (s, h) rows; the result does not depend on the thread count.
+void output_change(double* change, const float* q, const float* k, const float* v, int S, int H, int Hkv, int T,
+                   int D, const int* windows, int K);
+
 // evidence (n) = max(use, decay * evidence), elementwise: peak-hold with exponential forgetting.
 void copy_evidence_update(double* evidence, const double* use, int n, double decay);
 

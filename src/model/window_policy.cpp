@@ -69,7 +69,7 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
       raw = mass_.data();
     }
     if (controller_.needs_copy_use()) {
-      measure_copy_use(q, k, B, T);
+      measure_copy_use(q, k, v, B, T);
       raw = use_.data();
     }
     nlohmann::json tr;
@@ -114,14 +114,18 @@ void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int
 
 // Policy copy (copy_use.h): the copy use beyond each candidate window, at full window, on every sequence of the
 // batch, into use_ (H, K) as the mean over the sequences (summed in sequence order). Its time counts as the mass's.
-void WindowPolicyRunner::measure_copy_use(const float* q, const float* k, int B, int T) {
+void WindowPolicyRunner::measure_copy_use(const float* q, const float* k, const float* v, int B, int T) {
   const double t0 = now_seconds();
-  AAH_CHECK(model_.forward_tokens != nullptr, "[copy] the forward's tokens are not available");
   if (comm_ && comm_->size() > 1) fail("[copy] policy copy does not run data-parallel yet (one process only)");
   const std::vector<int>& w = controller_.config().windows;
   const int K = int(w.size());
   mass_seq_.assign(size_t(B) * H_ * K, 0.0);
-  copy_use(mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K);
+  if (controller_.config().use_statistic == UseStatistic::output) {
+    output_change(mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
+  } else {
+    AAH_CHECK(model_.forward_tokens != nullptr, "[copy] the forward's tokens are not available");
+    copy_use(mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K);
+  }
   use_.resize(size_t(H_) * K);
   coverage_mass_mean(use_.data(), mass_seq_.data(), B, H_, K);
   coverage_seconds_ += now_seconds() - t0;

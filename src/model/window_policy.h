@@ -63,7 +63,7 @@ class WindowPolicyRunner {
 
  private:
   void measure_mass(const float* q, const float* k, int B, int T);
-  void measure_copy_use(const float* q, const float* k, int B, int T);
+  void measure_copy_use(const float* q, const float* k, const float* v, int B, int T);
 
   Model<float>& model_;
   Controller controller_;
