@@ -24,6 +24,7 @@
 #include "helpers.h"
 #include "io/files.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace aah {
 namespace {
@@ -869,6 +870,34 @@ TEST(Suite, InterruptedSuiteResumesWithoutRedoingFinishedRuns) {
   const auto lines = metrics_lines(dir + "/runs/shallow_freeze-s0/metrics.jsonl");
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["step"].get<int>(), 100);
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// A base that does not retrieve trains on: the smoke preset's 40-step base cannot retrieve, so with --base-extend 20
+// --base-max 80 it trains on to 60, then to 80, and stops there; every regime starts from that base. A rerun skips it.
+TEST(Suite, BaseThatDoesNotRetrieveTrainsOnUpToTheCap) {
+  const test::TempDir tmp("base_ext");
+  const std::string dir = tmp.path + "/suite";
+  const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--base-extend", "20",
+                           "--base-max", "80", "--timing-budget", "0", "--no-report"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.err.find("after 40 steps: training on to 60 (at most 80)"), std::string::npos) << c.err;
+  EXPECT_NE(c.err.find("after 60 steps: training on to 80 (at most 80)"), std::string::npos) << c.err;
+  EXPECT_EQ(c.err.find("training on to 100"), std::string::npos);
+  const std::string metrics = read_file(dir + "/base/full-s0/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"step\":80"), std::string::npos);
+  EXPECT_EQ(metrics.find("\"step\":85"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir + "/base/full-s0/eval.json"));
+  EXPECT_EQ(run_config_load(dir + "/base/full-s0").train.steps, 80);
+  const Child again = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--base-extend", "20",
+                               "--base-max", "80", "--timing-budget", "0", "--no-report"});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("[base 1/1 s0] finished earlier: skipped"), std::string::npos) << again.err;
 }
 
 }  // namespace

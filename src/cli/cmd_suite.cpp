@@ -45,6 +45,14 @@ void add_suite_commands(CLI::App& app, int& rc) {
                     "Seconds of side-by-side timing of the regimes' final window maps after the runs (aah bench maps "
                     "-> timing.json, the report's time columns); 0: none; default: the preset's (60 s, smoke 2 s)")
       ->check(CLI::Range(0.0, 3600.0));
+  suite->add_option("--base-extend", so.base_extend_steps,
+                    "Synth presets with a base: a base that does not yet retrieve at the farthest distance (accuracy "
+                    "< 0.95) trains on this many steps at a time, up to --base-max (default: the preset's; retrieval "
+                    "6000; 0: never)")
+      ->check(CLI::Range(0, 10'000'000));
+  suite->add_option("--base-max", so.base_max_steps,
+                    "The most steps a base trains while it does not retrieve (default: the preset's; retrieval 36000)")
+      ->check(CLI::Range(0, 10'000'000));
   suite->callback([&rc] {
     so.seeds.clear();
     so.regimes.clear();

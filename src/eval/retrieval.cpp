@@ -84,4 +84,12 @@ nlohmann::json retrieval_json(const std::vector<RetrievalBucket>& buckets) {
   return {{"accuracy", mean(double(correct), n)}, {"loss", mean(loss_sum, n)}, {"n", n}, {"buckets", rows}};
 }
 
+double retrieval_far_accuracy(const nlohmann::json& retrieval) {
+  if (!retrieval.is_object() || !retrieval.contains("buckets") || !retrieval["buckets"].is_array()) return NAN;
+  const nlohmann::json* far = nullptr;
+  for (const auto& b : retrieval["buckets"])
+    if (b.is_object() && b.contains("lo") && b["lo"].is_number() && (!far || b["lo"] > (*far)["lo"])) far = &b;
+  return far && far->contains("accuracy") && (*far)["accuracy"].is_number() ? (*far)["accuracy"].get<double>() : NAN;
+}
+
 }  // namespace aah

@@ -13,6 +13,12 @@
 
 namespace aah {
 
+// Retrieval is kept, all or nothing per run, when the accuracy in the farthest distance bucket is at least this (the
+// report's counts; the retrieval preset's bases train on until theirs reaches it).
+constexpr double kRetrievalKept = 0.95;
+// The accuracy in the farthest bucket of a retrieval_json, NaN without questions there.
+double retrieval_far_accuracy(const nlohmann::json& retrieval);
+
 struct RetrievalQuestion {
   int def;        // position of DEF in the window
   int ask;        // position of ASK

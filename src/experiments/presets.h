@@ -22,6 +22,9 @@ struct SuitePreset {
   // weights (train.init_from).
   bool base = false;
   std::vector<std::string> base_sets;
+  // Synth data: a base whose retrieval accuracy at the farthest distance is below kRetrievalKept after its steps
+  // trains on, base_extend_steps at a time, up to base_max_steps (0: no extension).
+  int base_extend_steps = 0, base_max_steps = 0;
   double timing_budget_s = 60;  // seconds of side-by-side timing of the final window maps (aah bench maps)
 };
 

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "eval/far_copy.h"
+#include "eval/retrieval.h"
 #include "experiments/stats.h"
 #include "experiments/svg.h"
 #include "io/files.h"
@@ -454,15 +455,12 @@ std::string summary_csv_row(const std::string& g, const std::string& source, con
                  full_precision(lo), ",", full_precision(hi), "\n");
 }
 
-// Retrieval is kept, all or nothing per seed, when a run's accuracy at the farthest DEF-ASK distance bucket is at
-// least this.
-constexpr double kRetrievalKept = 0.95;
 
-using RetrievalBucket = std::pair<int, json>;  // (lo, hi: null for the open last bucket)
+using DistanceBucket = std::pair<int, json>;  // (lo, hi: null for the open last bucket)
 
 // The distance buckets of the first run that has a retrieval evaluation (none without).
-std::vector<RetrievalBucket> retrieval_buckets(const std::vector<RunData>& runs) {
-  std::vector<RetrievalBucket> buckets;
+std::vector<DistanceBucket> distance_buckets(const std::vector<RunData>& runs) {
+  std::vector<DistanceBucket> buckets;
   for (const auto& r : runs)
     if (r.eval.contains("retrieval") && buckets.empty())
       for (const auto& b : r.eval["retrieval"]["buckets"])
@@ -471,7 +469,7 @@ std::vector<RetrievalBucket> retrieval_buckets(const std::vector<RunData>& runs)
 }
 
 // "0-63", "128+".
-std::string bucket_label(const RetrievalBucket& b) {
+std::string bucket_label(const DistanceBucket& b) {
   return str_cat(b.first, b.second.is_number() ? str_cat("-", b.second.get<int>() - 1) : "+");
 }
 
@@ -505,7 +503,7 @@ KeptCount retrieval_kept(const std::vector<const RunData*>& rs, const std::vecto
   return c;
 }
 
-json kept_json(const KeptCount& c, const RetrievalBucket& far, bool only_full_kept) {
+json kept_json(const KeptCount& c, const DistanceBucket& far, bool only_full_kept) {
   const Proportion& p = c.kept;
   return {{"threshold", kRetrievalKept},
           {"bucket_lo", far.first},
@@ -564,12 +562,12 @@ struct RetrievalSection {
 
 // One regime's part of the section.
 void retrieval_add_regime(RetrievalSection& s, const std::string& g, const std::vector<RunData>& runs,
-                          const std::vector<RetrievalBucket>& buckets, const RetrievalBucket& far) {
+                          const std::vector<DistanceBucket>& buckets, const DistanceBucket& far) {
   const auto rs = regime_runs(runs, g), full = regime_runs(runs, "full");
   std::vector<std::string> row = {g};
   json jr = {{"regime", g}, {"buckets", json::array()}};
   std::vector<std::pair<std::string, MeanInterval>> deltas;
-  for (const RetrievalBucket& b : buckets) {
+  for (const DistanceBucket& b : buckets) {
     const int lo = b.first;
     const auto [m, d] = paired_over_seeds(rs, full, [lo](const RunData& r) { return retrieval_accuracy(r, lo); });
     row.push_back(cell(m, 3));
@@ -592,13 +590,13 @@ void retrieval_add_regime(RetrievalSection& s, const std::string& g, const std::
 
 RetrievalSection retrieval_section(const std::vector<RunData>& runs, const std::vector<std::string>& regimes) {
   RetrievalSection s;
-  const std::vector<RetrievalBucket> buckets = retrieval_buckets(runs);
+  const std::vector<DistanceBucket> buckets = distance_buckets(runs);
   if (buckets.empty()) return s;
-  const RetrievalBucket far = *std::max_element(buckets.begin(), buckets.end(), [](const auto& a, const auto& b) {
+  const DistanceBucket far = *std::max_element(buckets.begin(), buckets.end(), [](const auto& a, const auto& b) {
     return a.first < b.first;
   });
   s.table.header = {"regime"};
-  for (const RetrievalBucket& b : buckets) s.table.header.push_back("accuracy " + bucket_label(b));
+  for (const DistanceBucket& b : buckets) s.table.header.push_back("accuracy " + bucket_label(b));
   for (const auto& g : regimes) retrieval_add_regime(s, g, runs, buckets, far);
   const bool have_full = std::find(regimes.begin(), regimes.end(), "full") != regimes.end();
   s.note = str_cat(
@@ -633,13 +631,13 @@ double far_copy_value(const RunData& r, int lo, const char* key) {
 
 FarCopySection far_copy_section(const std::vector<RunData>& runs, const std::vector<std::string>& regimes) {
   FarCopySection s;
-  std::vector<RetrievalBucket> buckets;  // (lo, hi) of the first run that has far_copy
+  std::vector<DistanceBucket> buckets;  // (lo, hi) of the first run that has far_copy
   for (const auto& r : runs)
     if (r.eval.contains("far_copy") && buckets.empty())
       for (const auto& b : r.eval["far_copy"]["buckets"]) buckets.push_back({b["lo"].get<int>(), b.value("hi", json())});
   if (buckets.empty()) return s;
   s.table.header = s.delta.header = {"regime"};
-  for (const RetrievalBucket& b : buckets) {
+  for (const DistanceBucket& b : buckets) {
     s.table.header.push_back("copies / control " + bucket_label(b));
     s.delta.header.push_back("excess vs full " + bucket_label(b));
   }
@@ -651,7 +649,7 @@ FarCopySection far_copy_section(const std::vector<RunData>& runs, const std::vec
     std::string differs;
     double bound = 0;
     int paired = 0;
-    for (const RetrievalBucket& b : buckets) {
+    for (const DistanceBucket& b : buckets) {
       const int lo = b.first;
       const auto [copy, dcopy] = paired_over_seeds(rs, full, [lo](const RunData& r) { return far_copy_value(r, lo, "loss"); });
       const auto [ctrl, dctrl] =

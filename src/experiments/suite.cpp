@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/process.h"
 #include "core/sys.h"
+#include "eval/retrieval.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "io/corpus.h"
@@ -212,6 +213,8 @@ int suite_run(const SuiteOptions& o) {
   SuitePreset p = suite_preset(o.preset);
   if (!o.regimes.empty()) p.regimes = o.regimes;
   if (!o.seeds.empty()) p.seeds = o.seeds;
+  if (o.base_extend_steps >= 0) p.base_extend_steps = o.base_extend_steps;
+  if (o.base_max_steps >= 0) p.base_max_steps = o.base_max_steps;
   const double timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
   std::vector<std::string> sets = p.sets;
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
@@ -309,6 +312,74 @@ int suite_run(const SuiteOptions& o) {
   // ETA in units of one regime run: a base run counts as its steps / the regime runs' steps.
   auto weight = [&](const Run& r) { return double(r.steps) / steps; };
   for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : weight(r);
+  // Trains r up to r.steps (resuming from its checkpoint, a base with its extended train.steps); 0 or the exit code.
+  auto train_run_step = [&](Run& r, const std::string& tag, double run_t0) {
+    if (r.done_steps >= r.steps) return 0;
+    std::vector<std::string> argv = {exe, "train", "--data", data, "--out", r.dir};
+    if (r.done_steps > 0) {
+      argv.push_back("--resume");
+      if (r.base) argv.insert(argv.end(), {"--set", "train.steps=" + std::to_string(r.steps)});
+    } else {
+      argv.push_back("--force");  // at most an unfinished start without a checkpoint: nothing to keep
+      argv.insert(argv.end(), {"--set", "aah.regime=" + r.regime});  // first: a regime clears aah.* knobs
+      for (const auto& s : r.base ? base_sets : sets) argv.insert(argv.end(), {"--set", s});
+      argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed)});
+      if (p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(r.seed)});
+    }
+    std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
+                 r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
+    int last = r.done_steps;
+    const int first = r.done_steps;
+    auto progress = [&](const std::string& line) {
+      int s = 0;
+      if (parse_step(line, &s)) {
+        left_steps -= s - last;
+        last = s;
+        // Time per run from the runs finished here (training and evaluation); before the first, from this one.
+        eta.current_fraction = weight(r) * double(s - first) / std::max(1, r.steps - first);
+        eta.current_seconds = now_seconds() - run_t0;
+        std::fprintf(stderr, "%s %s | suite %d%% ETA %s\n", tag.c_str(), line.c_str(),
+                     int(100.0 * (total_steps - left_steps) / total_steps),
+                     format_duration(suite_eta_seconds(eta)).c_str());
+      } else if (!line.empty()) {
+        std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str());
+      }
+    };
+    // Ctrl-C reaches `aah train` (forwarded too), which checkpoints and exits 130; a rerun resumes.
+    const int rc = process_run(argv, {.on_stderr_line = progress, .forward_signals = true});
+    if (rc != 0)
+      std::fprintf(stderr, "[suite] %s: aah train exited with %d%s\n", r.dir.c_str(), rc,
+                   rc >= 128 ? "; rerun the same command to resume" : "");
+    return rc;
+  };
+  // aah eval of r into ev (and, for a full run on synth data, aah probe heads into probe.json); 0 or an exit code.
+  auto evaluate_run = [&](const Run& r, const std::string& tag, json& ev) {
+    std::string out;
+    auto say = [&](const std::string& line) { std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str()); };
+    const int rc = process_run({exe, "eval", "--run", r.dir, "--data", data, "--json"},
+                               {.output = &out, .on_stderr_line = say, .forward_signals = true});
+    ev = json::parse(out, nullptr, false);
+    if (rc != 0 || !ev.is_object()) {
+      std::fprintf(stderr, "[suite] %s: aah eval exited with %d\n", r.dir.c_str(), rc);
+      return rc ? rc : 1;
+    }
+    // Which heads retrieve (synth data, full windows), for the report. Before eval.json: a rerun skips a run
+    // that has one.
+    if (r.regime == "full" && !r.base && synth_is_corpus(data)) {
+      std::string probe;
+      const int prc = process_run({exe, "probe", "heads", "--run", r.dir, "--data", data, "--json"},
+                                  {.output = &probe, .on_stderr_line = say, .forward_signals = true});
+      const json pj = json::parse(probe, nullptr, false);
+      if (prc >= 128) return prc;  // interrupted: a rerun evaluates and probes again
+      if (prc == 0 && pj.is_object()) {
+        write_file_atomic(r.dir + "/probe.json", pj.dump(2) + "\n");
+      } else {  // e.g. no question fits the context: the report goes without the heads table
+        std::fprintf(stderr, "[suite] %s: aah probe heads exited with %d; the report has no heads table\n",
+                     r.dir.c_str(), prc);
+      }
+    }
+    return 0;
+  };
   for (size_t i = 0; i < runs.size(); i++) {
     Run& r = runs[i];
     if (is_matched(r.regime)) {
@@ -332,67 +403,28 @@ int suite_run(const SuiteOptions& o) {
     }
     const double run_t0 = now_seconds();
     eta.current_fraction = 0, eta.current_seconds = 0;
-    if (r.done_steps < r.steps) {
-      std::vector<std::string> argv = {exe, "train", "--data", data, "--out", r.dir};
-      if (r.done_steps > 0) {
-        argv.push_back("--resume");
-      } else {
-        argv.push_back("--force");  // at most an unfinished start without a checkpoint: nothing to keep
-        argv.insert(argv.end(), {"--set", "aah.regime=" + r.regime});  // first: a regime clears aah.* knobs
-        for (const auto& s : r.base ? base_sets : sets) argv.insert(argv.end(), {"--set", s});
-        argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed)});
-        if (p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(r.seed)});
-      }
-      std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
-                   r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
-      int last = r.done_steps;
-      const int first = r.done_steps;
-      auto progress = [&](const std::string& line) {
-        int s = 0;
-        if (parse_step(line, &s)) {
-          left_steps -= s - last;
-          last = s;
-          // Time per run from the runs finished here (training and evaluation); before the first, from this one.
-          eta.current_fraction = weight(r) * double(s - first) / std::max(1, r.steps - first);
-          eta.current_seconds = now_seconds() - run_t0;
-          std::fprintf(stderr, "%s %s | suite %d%% ETA %s\n", tag.c_str(), line.c_str(),
-                       int(100.0 * (total_steps - left_steps) / total_steps),
-                       format_duration(suite_eta_seconds(eta)).c_str());
-        } else if (!line.empty()) {
-          std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str());
-        }
-      };
-      // Ctrl-C reaches `aah train` (forwarded too), which checkpoints and exits 130; a rerun resumes.
-      const int rc = process_run(argv, {.on_stderr_line = progress, .forward_signals = true});
-      if (rc != 0) {
-        std::fprintf(stderr, "[suite] %s: aah train exited with %d%s\n", r.dir.c_str(), rc,
-                     rc >= 128 ? "; rerun the same command to resume" : "");
-        return rc;
-      }
+    // A base trains on until it retrieves (base_extend_steps at a time, up to base_max_steps): its steps are the
+    // first of base_steps + k x extend at or past its checkpoint, so a rerun continues where it stopped.
+    const bool extends = r.base && p.base_extend_steps > 0 && synth_is_corpus(data);
+    if (extends && r.done_steps > r.steps) {
+      const int k = (r.done_steps - base_steps + p.base_extend_steps - 1) / p.base_extend_steps;
+      const int target = std::min(p.base_max_steps, base_steps + k * p.base_extend_steps);
+      total_steps += target - r.steps, left_steps += target - r.steps;
+      r.steps = target;
     }
-    std::string out;
-    auto say = [&](const std::string& line) { std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str()); };
-    const int rc = process_run({exe, "eval", "--run", r.dir, "--data", data, "--json"},
-                               {.output = &out, .on_stderr_line = say, .forward_signals = true});
-    const json ev = json::parse(out, nullptr, false);
-    if (rc != 0 || !ev.is_object()) {
-      std::fprintf(stderr, "[suite] %s: aah eval exited with %d\n", r.dir.c_str(), rc);
-      return rc ? rc : 1;
-    }
-    // Which heads retrieve (synth data, full windows), for the report. Before eval.json: a rerun skips a run
-    // that has one.
-    if (r.regime == "full" && !r.base && synth_is_corpus(data)) {
-      std::string probe;
-      const int prc = process_run({exe, "probe", "heads", "--run", r.dir, "--data", data, "--json"},
-                                  {.output = &probe, .on_stderr_line = say, .forward_signals = true});
-      const json pj = json::parse(probe, nullptr, false);
-      if (prc >= 128) return prc;  // interrupted: a rerun evaluates and probes again
-      if (prc == 0 && pj.is_object()) {
-        write_file_atomic(r.dir + "/probe.json", pj.dump(2) + "\n");
-      } else {  // e.g. no question fits the context: the report goes without the heads table
-        std::fprintf(stderr, "[suite] %s: aah probe heads exited with %d; the report has no heads table\n",
-                     r.dir.c_str(), prc);
-      }
+    if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
+    json ev;
+    if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
+    while (extends && !(retrieval_far_accuracy(ev.value("retrieval", json())) >= kRetrievalKept) &&
+           r.steps < p.base_max_steps) {
+      const int more = std::min(p.base_extend_steps, p.base_max_steps - r.steps);
+      std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: training on to %d "
+                   "(at most %d)\n", tag.c_str(), retrieval_far_accuracy(ev.value("retrieval", json())),
+                   kRetrievalKept, r.steps, r.steps + more, p.base_max_steps);
+      r.done_steps = r.steps;
+      r.steps += more, total_steps += more, left_steps += more;
+      if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
+      if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
     }
     write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
     // A run resumed from a checkpoint counts as the share of a run it trained here.

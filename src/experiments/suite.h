@@ -26,6 +26,7 @@ struct SuiteOptions {
   bool no_report = false;
   double timing_budget_s = -1;  // seconds of `aah bench maps` rounds after the runs (timing.json); 0: none,
                                 // < 0: the preset's
+  int base_extend_steps = -1, base_max_steps = -1;  // SuitePreset's base extension; < 0: the preset's
 };
 
 // The preset regime "fixed_matched": every head one window W, W chosen when the suite reaches it so that the
