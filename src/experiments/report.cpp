@@ -363,13 +363,14 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
     if (!r.cfg.train.init_from.empty()) seeds.insert(r.seed);
   if (seeds.empty()) return "";
   std::map<std::pair<int, int>, std::vector<double>> acc;  // (lo, hi or -1) -> accuracy per base
-  int steps = 0, bases = 0;
+  std::map<int, int> steps;  // seed -> the base's steps (a base that did not retrieve yet trained on)
+  int bases = 0;
   for (int seed : seeds) {
     const std::string base = str_cat(dir, "/base/full-s", seed), path = base + "/eval.json";
     if (!file_exists(path)) continue;
     const json ev = read_json_file(path);
     if (!ev.is_object()) fail("[report] ", path, ": not a JSON object");
-    steps = run_config_load(base).train.steps, bases++;
+    steps[seed] = run_config_load(base).train.steps, bases++;
     if (!ev.contains("retrieval") || !ev["retrieval"].is_object()) continue;
     const json& b = ev["retrieval"].value("buckets", json::array());
     if (!b.is_array()) fail("[report] ", path, ": retrieval.buckets is not an array");
@@ -381,9 +382,14 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
     }
   }
   if (bases == 0) return "";
-  std::string o = str_cat(" Every run fine-tuned from its seed's full-attention base (`base/full-s<seed>`, ", steps,
-                          " steps; `train.init_from`): the regimes choose windows for heads trained with full "
-                          "attention.");
+  int fewest = INT32_MAX;
+  for (const auto& [seed, n] : steps) fewest = std::min(fewest, n);
+  std::string longer;  // the bases that trained on past the others until they retrieved
+  for (const auto& [seed, n] : steps)
+    if (n > fewest) longer += str_cat(longer.empty() ? "" : ", ", "seed ", seed, " ", n);
+  std::string o = str_cat(" Every run fine-tuned from its seed's full-attention base (`base/full-s<seed>`, ", fewest,
+                          " steps", longer.empty() ? "" : str_cat("; trained on until it retrieved: ", longer),
+                          "; `train.init_from`): the regimes choose windows for heads trained with full attention.");
   if (!acc.empty()) {
     o += str_cat(" The bases' retrieval accuracy by DEF-ASK distance (mean of ", bases, "):");
     for (const auto& [range, v] : acc) {
