@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/process.h"
+#include "experiments/report.h"
 #include "helpers.h"
 #include "io/checksum.h"
 #include "io/files.h"
@@ -124,12 +125,61 @@ TEST(Robustness, RunCorpusAndSuiteDirectoriesNeverBecomeAnother) {
   r = sh("$AAH train --quiet --data " + f.data + " --out " + plain + " " + Fixture::small_model());
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(has(r.out, plain + " is a file, not a directory")) << r.out;
-  // A directory of someone else's files with a config.json: refused without --force, the file kept.
+  // A directory of someone else's files: refused without --force; with it, refused still where a file of aah's would
+  // replace one of theirs (config.json), and accepted beside files it does not write (notes.txt).
   const std::string mine = d.file("mine/config.json", "{\"mine\": 1}");
   r = sh("$AAH train --quiet --data " + f.data + " --out " + d.path + "/mine " + Fixture::small_model());
   EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(has(r.out, "holds a config.json that is not from an aah run")) << r.out;
+  EXPECT_TRUE(has(r.out, "is a directory of other files that aah did not make")) << r.out;
+  r = sh("$AAH train --quiet --force --data " + f.data + " --out " + d.path + "/mine " + Fixture::small_model());
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "holds config.json, which aah did not write")) << r.out;
   EXPECT_EQ(read_file(mine), "{\"mine\": 1}");
+  const std::string notes = d.file("beside/notes.txt", "keep");
+  r = sh("$AAH train --quiet --force --data " + f.data + " --out " + d.path + "/beside " + Fixture::small_model() +
+         " --set train.steps=2");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(read_file(notes), "keep");
+  // Suites: an empty --out, the root directory, a directory of the user's own report and figures (even with --force:
+  // report.md would be replaced), a suite inside a run directory (its --resume would remove it), a corpus inside one.
+  for (const std::string& out : {std::string("''"), std::string("/")}) {
+    r = sh("$AAH suite --preset smoke --out " + out);
+    EXPECT_NE(r.rc, 0) << out;
+    EXPECT_TRUE(has(r.out, out == "/" ? "that aah did not make" : "--out is empty")) << r.out;
+  }
+  EXPECT_FALSE(path_exists("/suite.json"));
+  const std::string report = d.file("results/report.md", "my report");
+  d.file("results/figures/val_loss.svg", "<svg/>");
+  r = sh("$AAH suite --preset smoke --out " + d.path + "/results");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "that aah did not make")) << r.out;
+  r = sh("$AAH suite --preset smoke --force --out " + d.path + "/results");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "holds figures, which aah did not write")) << r.out;
+  EXPECT_EQ(read_file(report), "my report");
+  EXPECT_FALSE(path_exists(d.path + "/results/suite.json"));
+  for (const std::string& inside : {f.run + "/checkpoint/suite", f.run + "/sub"}) {
+    r = sh("$AAH suite --preset smoke --out " + inside);
+    EXPECT_NE(r.rc, 0);
+    EXPECT_TRUE(has(r.out, "lies inside the run directory " + f.run)) << r.out;
+    EXPECT_FALSE(path_exists(inside));
+  }
+  r = sh("$AAH data synth --tokens 5000 --out " + f.run + "/corpus");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "lies inside the run directory")) << r.out;
+}
+
+// aah report replaces only the files an earlier report wrote: a user's report.md or summary.csv in the suite
+// directory stops it before it writes anything (report_owns_file, by title, keys and CSV header).
+TEST(Robustness, ReportNeverReplacesAFileItDidNotWrite) {
+  EXPECT_TRUE(report_owns_file("# aah suite report\n\nPreset `x`", "# aah suite report\n\nPreset `y`"));
+  EXPECT_FALSE(report_owns_file("# My report\n", "# aah suite report\n\n"));
+  EXPECT_FALSE(report_owns_file("", "# aah suite report\n"));
+  EXPECT_TRUE(report_owns_file("regime,source,metric\n1,2,3\n", "regime,source,metric\n4,5,6\n"));
+  EXPECT_FALSE(report_owns_file("a,b\n", "regime,source,metric\n"));
+  EXPECT_TRUE(report_owns_file(R"({"regimes": [], "runs": [], "suite": {}})", "{\n}"));
+  EXPECT_FALSE(report_owns_file(R"({"mine": 1})", "{\n}"));
+  EXPECT_FALSE(report_owns_file("<!DOCTYPE html><title>mine</title>", "<!DOCTYPE html>\n<title>aah suite report</title>"));
 }
 
 TEST(Robustness, InputStreamsAreRefusedAtOnceAndStdinHasALimit) {

@@ -40,6 +40,8 @@ void add_suite_commands(CLI::App& app, int& rc) {
                     "Comma-separated regimes, e.g. full,shallow_freeze+control_interval_10 (default: the preset's)");
   suite->add_option("--set", so.sets, "Override a config key for every run (repeatable), e.g. train.steps=100");
   suite->add_option("--data", so.data, "Use this data directory (train.bin, val.bin) instead of the preset's corpus");
+  suite->add_flag("--force", so.force,
+                  "Let --out be a directory that holds other files (the suite writes beside them, never over them)");
   suite->add_flag("--no-report", so.no_report, "Skip the report (aah report DIR writes it later)");
   suite->add_option("--timing-budget", so.timing_budget_s,
                     "Seconds of side-by-side timing of the regimes' final window maps after the runs (aah bench maps "

@@ -804,6 +804,18 @@ bool report_use_interleaved_time(std::vector<RunData>& runs, const json& timing)
   return true;
 }
 
+bool report_owns_file(const std::string& existing, const std::string& now) {
+  auto first_line = [](const std::string& t) { return t.substr(0, t.find('\n')); };
+  if (now.rfind("# aah suite report\n", 0) == 0) return existing.rfind("# aah suite report\n", 0) == 0;
+  if (now.rfind("<!DOCTYPE html>", 0) == 0)
+    return existing.substr(0, 400).find("<title>aah suite report</title>") != std::string::npos;
+  if (now.rfind("{", 0) == 0) {  // report.json: an object with the suite and its runs
+    const json j = json::parse(existing, nullptr, false);
+    return j.is_object() && j.contains("suite") && j.contains("runs") && j.contains("regimes");
+  }
+  return first_line(existing) == first_line(now);  // a CSV: the same header
+}
+
 void report_check_eval(const json& e, const std::string& name) {
   if (!e.is_object()) fail("[report] ", name, ": not a JSON object");
   for (const char* k : {"val_loss", "val_ppl", "inference_acr", "pair_ratio", "attn_work_ratio", "tokens_per_s",
@@ -1520,13 +1532,17 @@ void report_write(const std::string& dir) {
   if (!retr.regimes.empty()) out["retrieval"] = retr.regimes;
   if (!far.regimes.empty()) out["far_copy"] = far.regimes;
   if (!heads_json.empty()) out["heads"] = heads_json;
-  if (!pos_starts.empty()) write_file_atomic(dir + "/loss_by_position.csv", csv_pos);
-  write_file_atomic(dir + "/report.md", md);
-  write_file_atomic(dir + "/report.html", html);
-  write_file_atomic(dir + "/runs.csv", csv_runs);
-  write_file_atomic(dir + "/summary.csv", csv_summary);
-  write_file_atomic(dir + "/val_loss_time.csv", csv_curve);
-  write_file_atomic(dir + "/report.json", out.dump(2) + "\n");
+  // Replace only what an earlier report wrote: each file, if there, must look like this one (report_owns_file).
+  const std::string json_text = out.dump(2) + "\n";
+  std::vector<std::pair<std::string, const std::string*>> files = {
+      {"report.md", &md},           {"report.html", &html},           {"runs.csv", &csv_runs},
+      {"summary.csv", &csv_summary}, {"val_loss_time.csv", &csv_curve}, {"report.json", &json_text}};
+  if (!pos_starts.empty()) files.push_back({"loss_by_position.csv", &csv_pos});
+  for (const auto& [name, text] : files)
+    if (file_exists(dir + "/" + name) && !report_owns_file(read_file(dir + "/" + name), *text))
+      fail("[report] ", dir, "/", name, " was not written by aah report and would be replaced: move it, or write the ",
+           "suite elsewhere");
+  for (const auto& [name, text] : files) write_file_atomic(dir + "/" + name, *text);
   std::printf("%s\n", md.substr(0, md.find("\n## Window buckets")).c_str());
   std::fflush(stdout);  // the tables before the message below, also when both go to one file
   std::fprintf(stderr,

@@ -21,6 +21,10 @@
 
 namespace aah {
 
+// Whether `existing` (a report file's bytes) was written by aah report, judged against what it writes now (`now`):
+// report.md's title line, report.html's title, report.json's keys, a CSV's header line. A user's file of the same
+// name is not replaced.
+bool report_owns_file(const std::string& existing, const std::string& now);
 void report_write(const std::string& dir);
 
 // The readers of the run files (hostile input: errors name `name`, the line and the key). metrics.jsonl text:

@@ -245,7 +245,9 @@ int suite_run(const SuiteOptions& o) {
     steps = cfg.train.steps, context = cfg.train.context;
   }
 
-  dir_check_kind(o.out, DirKind::suite, "[suite]", "--out");
+  dir_check_kind(o.out, DirKind::suite, "[suite]", "--out", o.force,
+                 {"suite.json", "data", "base", "runs", "figures", "report.md", "report.html", "report.json",
+                  "runs.csv", "summary.csv", "val_loss_time.csv", "loss_by_position.csv", "timing.json"});
   make_dirs(o.out);
   // suite.json: what this suite is. A rerun must be the same preset with the same assignments (regimes and seeds
   // may be added); otherwise finished runs would be silently mixed with differently configured ones.

@@ -26,6 +26,7 @@ struct SuiteOptions {
   bool no_report = false;
   double timing_budget_s = -1;  // seconds of `aah bench maps` rounds after the runs (timing.json); 0: none,
                                 // < 0: the preset's
+  bool force = false;  // --out may be a directory of other files (never replacing them)
   int base_extend_steps = -1, base_max_steps = -1;  // SuitePreset's base extension; < 0: the preset's
 };
 

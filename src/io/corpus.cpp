@@ -41,7 +41,9 @@ std::string mb(int64_t bytes) { return fixed(double(bytes) / 1e6, 2); }
 
 void corpus_check_out_dir(const std::string& dir, bool force) {
   if (dir.empty()) fail("[data] no output directory (--out)");
-  dir_check_kind(dir, DirKind::corpus, "[data]", "--out");  // even with --force: a run or suite stays what it is
+  // Even with --force: a run or suite stays what it is, and other files are never replaced.
+  dir_check_kind(dir, DirKind::corpus, "[data]", "--out", force,
+                 std::vector<std::string>(std::begin(kCorpusFiles), std::end(kCorpusFiles)));
   if (force) return;
   std::vector<std::string> present;
   for (const char* f : kCorpusFiles)

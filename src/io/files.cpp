@@ -284,11 +284,31 @@ const char* dir_kind_name(DirKind k) {
   return "?";
 }
 
-void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag) {
+void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag, bool force,
+                    const std::vector<std::string>& writes) {
+  if (path.empty()) fail(tag, " ", flag, " is empty: name the directory to write");
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec).lexically_normal();
+  for (std::filesystem::path up = abs.parent_path(); !ec && !up.empty(); up = up.parent_path()) {
+    if (dir_kind(up.string()) == DirKind::run)
+      fail(tag, " ", flag, " ", path, " lies inside the run directory ", up.string(), ", whose --resume removes what ",
+           "the run did not write: choose a directory outside it");
+    if (up == up.parent_path()) break;
+  }
   const DirKind k = dir_kind(path);
-  if (k == DirKind::missing || k == DirKind::empty || k == DirKind::other || k == want) return;
-  fail(tag, " ", flag, " ", path, " is ", dir_kind_name(k), "; it cannot become ", dir_kind_name(want),
-       ": choose another ", flag);
+  if (k == DirKind::missing || k == DirKind::empty || k == want) return;
+  if (k != DirKind::other)
+    fail(tag, " ", flag, " ", path, " is ", dir_kind_name(k), "; it cannot become ", dir_kind_name(want),
+         ": choose another ", flag);
+  if (!force)
+    fail(tag, " ", flag, " ", path, " is ", dir_kind_name(k), " that aah did not make: choose a new or empty ",
+         "directory, or --force to write beside those files (never over them)");
+  for (const std::string& name : writes) {
+    struct stat st;
+    if (::lstat((path + "/" + name).c_str(), &st) == 0)
+      fail(tag, " ", flag, " ", path, " holds ", name, ", which aah did not write and would replace: move it, or ",
+           "choose another ", flag);
+  }
 }
 
 ByteSource ByteSource::file(const std::string& path, const char* tag) {

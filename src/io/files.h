@@ -56,9 +56,13 @@ void pread_exact(int fd, void* dst, size_t n, uint64_t offset, const std::string
 enum class DirKind { missing, not_dir, empty, suite, corpus, run, other };
 DirKind dir_kind(const std::string& path);
 const char* dir_kind_name(DirKind k);  // "a corpus directory (train.bin, val.bin)", ...
-// Refuses (aah::Error "TAG FLAG PATH is ...") to use `path` as a directory of kind `want` (suite, corpus or run) when
-// it is a file or another kind of aah directory: a run directory never becomes a corpus, and so on.
-void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag);
+// Where aah may write a directory of kind `want` (suite, corpus or run), refused with an aah::Error "TAG FLAG PATH
+// ..." otherwise: an empty path; a file; another kind of aah directory (a run never becomes a corpus, and so on); a
+// directory inside a run directory (a run's --resume cleans what it did not write); a directory of other files
+// unless `force`, and even then not when it holds one of the names in `writes` (aah never replaces a file it did not
+// write). A missing or empty directory, or one of kind `want`, is fine.
+void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag, bool force = false,
+                    const std::vector<std::string>& writes = {});
 
 // The bytes of a file or of a buffer in memory, read by offset. Binary readers (safetensors, token shards) read
 // through one, so the same validating code serves files and in-memory bytes (fuzzing, tests).

@@ -125,7 +125,10 @@ RunLock::~RunLock() {
 }
 
 void run_dir_check(const std::string& run, bool resume, bool force) {
-  dir_check_kind(run, DirKind::run, "[train]", "--out");
+  dir_check_kind(run, DirKind::run, "[train]", "--out", force || resume,
+                 {"config.json", "metrics.jsonl", "tokenizer.json", "model.safetensors", "data.json",
+                  "training_state.safetensors", "controller_state.safetensors", "checkpoint", "eval.json",
+                  "oracle.json", "probe.json"});
   const DirKind kind = dir_kind(run);
   const bool has_checkpoint = kind == DirKind::run && !checkpoint_dir(run).empty();
   if (resume) {
@@ -137,14 +140,7 @@ void run_dir_check(const std::string& run, bool resume, bool force) {
            "every N steps)");
     return;
   }
-  if (kind != DirKind::run || force) {
-    // A directory of other files: refuse only where a run's file would replace one of them.
-    for (const char* f : {"config.json", "metrics.jsonl", "tokenizer.json", "model.safetensors", "data.json"})
-      if (kind == DirKind::other && !force && file_exists(run + "/" + f))
-        fail("[train] --out ", run, " holds a ", f, " that is not from an aah run: choose another --out, or --force to ",
-             "replace it");
-    return;
-  }
+  if (kind != DirKind::run || force) return;  // new, empty, other files beside (dir_check_kind), or --force on a run
   if (has_checkpoint)
     fail("[train] ", run, " already holds a run: use --resume to continue it or --force to overwrite it");
   fail("[train] ", run, " already holds a run that stopped before its first checkpoint: use --force to start it ",
