@@ -92,9 +92,10 @@ std::string write_config(const std::string& dir, const Config& c) {
 
 // Starts AAH_BINARY with `args`, stdout and stderr into `log`, one OpenMP thread (the machine is shared). With
 // delay_ms > 0 the checkpoint writer sleeps that long between files; with fsize_limit > 0 the child may write no
-// file beyond that many bytes and SIGXFSZ is ignored, so such a write fails with EFBIG, as on a full disk.
+// file beyond that many bytes (ulimit -f), so such a write fails with EFBIG, as on a full disk; SIGXFSZ is ignored
+// before exec unless !ignore_xfsz (aah ignores it itself).
 pid_t spawn_aah(const std::vector<std::string>& args, const std::string& log, int delay_ms = 0,
-                rlim_t fsize_limit = 0) {
+                rlim_t fsize_limit = 0, bool ignore_xfsz = true) {
   std::vector<std::string> argv_s = {AAH_BINARY};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s = {"OMP_NUM_THREADS=1", "AAH_CHECKPOINT_DELAY_MS=" + std::to_string(delay_ms)};
@@ -112,7 +113,7 @@ pid_t spawn_aah(const std::vector<std::string>& args, const std::string& log, in
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) _exit(126);
     if (fsize_limit > 0) {
-      ::signal(SIGXFSZ, SIG_IGN);
+      if (ignore_xfsz) ::signal(SIGXFSZ, SIG_IGN);
       struct rlimit lim;
       ::getrlimit(RLIMIT_FSIZE, &lim);
       lim.rlim_cur = fsize_limit;
@@ -241,9 +242,10 @@ TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
   ASSERT_EQ(checkpoint_verify(run), 3);
   const std::string model_before = read_file(run + "/model.safetensors");
 
-  // 16 KiB per file: config.json and metrics.jsonl fit, model.safetensors does not.
-  status = wait_for(
-      spawn_aah({"train", "--data", data, "--out", run, "--resume", "--quiet", "--stop-after", "6"}, log, 0, 16384));
+  // 16 KiB per file (as `ulimit -f 16`, SIGXFSZ left at its default): config.json and metrics.jsonl fit,
+  // model.safetensors does not.
+  status = wait_for(spawn_aah({"train", "--data", data, "--out", run, "--resume", "--quiet", "--stop-after", "6"}, log,
+                              0, 16384, /*ignore_xfsz=*/false));
   const std::string msg = read_file(log);
   ASSERT_TRUE(WIFEXITED(status)) << exit_str(status);
   EXPECT_NE(WEXITSTATUS(status), 0) << msg;
@@ -260,6 +262,24 @@ TEST(Durability, FullDiskFailsTheCheckpointAndKeepsThePreviousOne) {
       wait_for(spawn_aah({"train", "--data", data, "--out", run, "--resume", "--quiet", "--stop-after", "6"}, log));
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(log);
   EXPECT_EQ(checkpoint_verify(run), 6);
+}
+
+// The controller trace under a file-size limit: a clean error naming the trace file, not a signal, not a short trace
+// and exit 0.
+TEST(Durability, TraceWriteBeyondAFileSizeLimitIsAnError) {
+  const TempDir tmp("durability");
+  const std::string data = make_data(), dir = tmp.path, run = dir + "/run", log = dir + "/log.txt";
+  const std::string config = write_config(dir, tiny_config(20));
+  const std::string trace = dir + "/trace.jsonl";
+  const int status = wait_for(spawn_aah({"train", "--data", data, "--out", run, "--config", config, "--quiet",
+                                         "--trace-controller", trace, "--set", "aah.regime=full_adaptive", "--set",
+                                         "aah.control_interval=1"},
+                                        log, 0, 8192, /*ignore_xfsz=*/false));
+  const std::string msg = read_file(log);
+  ASSERT_TRUE(WIFEXITED(status)) << exit_str(status) << ": " << msg;
+  EXPECT_NE(WEXITSTATUS(status), 0) << msg;
+  EXPECT_NE(msg.find("[trace] " + trace + ": write failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ulimit -f"), std::string::npos) << msg;
 }
 
 TEST(Durability, SigtermCheckpointsAndExits143) {

@@ -1,6 +1,7 @@
 // aah <command>: thin parsing and printing; the work happens in the layers below (see cli/commands.h).
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,6 +21,9 @@ int main(int argc, char** argv) {
         ::setenv("OPENBLAS_CORETYPE", fix.c_str(), 1) == 0)
       ::execv("/proc/self/exe", argv);
   }
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports naming its file, instead
+  // of killing aah mid-write with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   aah::choose_thread_count();  // fewer OpenMP threads when other processes hold cores (OMP_NUM_THREADS overrides)
   CLI::App app{
       "aah - Asymmetric Attention Heads: train, evaluate and benchmark decoder-only Transformers whose attention\n"

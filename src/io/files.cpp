@@ -89,7 +89,9 @@ void write_file_atomic_parts(const std::string& path, const std::vector<ByteSpan
   auto abandon = [&](const char* what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    const char* hint = (err == ENOSPC || err == EDQUOT) ? " (the disk may be full)" : "";
+    const char* hint = (err == ENOSPC || err == EDQUOT) ? " (the disk may be full)"
+                       : err == EFBIG                  ? " (a file-size limit: ulimit -f)"
+                                                       : "";
     fail("[file] ", path, ": ", what, ": ", std::strerror(err), hint);
   };
 

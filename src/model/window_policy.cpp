@@ -1,6 +1,8 @@
 #include "model/window_policy.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -75,7 +77,12 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
     nlohmann::json tr;
     const std::vector<int>& w = controller_.update(l, raw, step_, trace_ ? &tr : nullptr);
     std::copy(w.begin(), w.end(), win);
-    if (trace_) std::fprintf(trace_, "%s\n", tr.dump().c_str());
+    if (trace_) {  // every line checked: a full disk or a file-size limit is an error, not a short trace
+      const std::string line = tr.dump() + "\n";
+      if (std::fwrite(line.data(), 1, line.size(), trace_) != line.size() || std::fflush(trace_) != 0)
+        fail("[trace] ", trace_path_, ": write failed: ", std::strerror(errno),
+             errno == EFBIG ? " (a file-size limit: ulimit -f)" : errno == ENOSPC ? " (the disk is full)" : "");
+    }
     seconds_ += now_seconds() - t0;
   };
 }
@@ -132,6 +139,7 @@ void WindowPolicyRunner::measure_copy_use(const float* q, const float* k, const 
 }
 
 void WindowPolicyRunner::open_trace(const std::string& path, bool append) {
+  trace_path_ = path;
   trace_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!trace_) fail("[trace] cannot open ", path, " for writing");
 }

@@ -79,6 +79,7 @@ class WindowPolicyRunner {
   bool update_now_ = false;
   int step_ = 0;
   std::FILE* trace_ = nullptr;
+  std::string trace_path_;
   double seconds_ = 0;
   double coverage_seconds_ = 0;
 };

@@ -70,7 +70,8 @@ class MetricsLog {
   void write(const nlohmann::json& line) {
     const std::string text = line.dump() + "\n";
     if (std::fwrite(text.data(), 1, text.size(), f_) != text.size() || std::fflush(f_) != 0)
-      fail("[train] ", path_, ": write failed: ", std::strerror(errno));
+      fail("[train] ", path_, ": write failed: ", std::strerror(errno),
+           errno == EFBIG ? " (a file-size limit: ulimit -f)" : "");
   }
   void close() {
     const int rc = std::fclose(f_);
