@@ -112,7 +112,13 @@ TEST(Presets, EveryPresetIsAValidConfigForEveryRegime) {
 
 TEST(ReportReaders, HostileRunFilesAreErrorsNamingFileLineAndKey) {
   const std::string ok = R"({"step":10,"attn_ratio":1,"pair_ratio":1,"attn_work_ratio":1,"tokens_per_s":5,"peak_rss_mb":1,"val_loss":2})";
-  EXPECT_EQ(report_parse_metrics(ok + "\n" + R"({"step":11,"event":"nonfinite"})" + "\n" + ok + "\n", "m").size(), 2u);
+  std::vector<int> nonfinite;
+  EXPECT_EQ(report_parse_metrics(ok + "\n" + R"({"step":11,"event":"nonfinite"})" + "\n" +
+                                     R"({"step":12,"event":"loss_spike"})" + "\n" + ok + "\n",
+                                 "m", &nonfinite)
+                .size(),
+            2u);
+  EXPECT_EQ(nonfinite, std::vector<int>{11});
   using test::error_of;
   EXPECT_NE(error_of([&] { report_parse_metrics(ok + "\n{\"step\":1", "run/metrics.jsonl"); }).find("run/metrics.jsonl line 2"),
             std::string::npos);
@@ -898,6 +904,38 @@ TEST(Suite, BaseThatDoesNotRetrieveTrainsOnUpToTheCap) {
                                "--base-max", "80", "--timing-budget", "0", "--no-report"});
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_NE(again.err.find("[base 1/1 s0] finished earlier: skipped"), std::string::npos) << again.err;
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// A run that diverges is a result, marked: at learning rate 30 the smoke model's steps turn non-finite and are
+// skipped; the suite finishes, and the report names the run, the first step and the count (summary, runs.csv,
+// report.json), while a healthy run gets no such line.
+TEST(Suite, ADivergedRunIsReportedAsDiverged) {
+  const test::TempDir tmp("diverged");
+  const std::string dir = tmp.path + "/suite";
+  const Child c = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--set", "train.lr=30",
+                           "--timing-budget", "0"});
+  ASSERT_EQ(c.rc, 0) << c.err;
+  std::vector<int> steps;
+  report_parse_metrics(read_file(dir + "/runs/full-s0/metrics.jsonl"), "m", &steps);
+  ASSERT_GE(steps.size(), 10u) << "lr 30 no longer diverges: pick a larger one";
+  const std::string md = read_file(dir + "/report.md");
+  EXPECT_NE(md.find("- **full-s0** diverged at step " + std::to_string(steps[0]) + ": " +
+                    std::to_string(steps.size()) + " of its 100 steps had a non-finite loss or gradient"),
+            std::string::npos)
+      << md;
+  const json rep = json::parse(read_file(dir + "/report.json"));
+  EXPECT_EQ(rep["runs"][0]["nonfinite_steps"].size(), steps.size());
+  EXPECT_NE(read_file(dir + "/runs.csv").find("," + std::to_string(steps.size()) + ","), std::string::npos);
+  const Child ok = run_aah({"suite", "--preset", "smoke", "--out", tmp.path + "/ok", "--regimes", "full",
+                            "--timing-budget", "0"});
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(read_file(tmp.path + "/ok/report.md").find("non-finite"), std::string::npos);
 }
 
 }  // namespace

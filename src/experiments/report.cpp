@@ -37,7 +37,22 @@ struct RunData {
   json probe;               // probe.json (`aah probe heads`, the suite writes it for full runs on synth), or null
   std::map<std::string, double> train;  // training-table numbers
   std::vector<LossAtTime> curve;        // validation loss against training seconds (report_loss_by_time)
+  std::vector<int> nonfinite_steps;     // steps whose loss or gradient was not finite (skipped, or the run stopped)
 };
+
+// "- **run**: diverged ..." when a run had non-finite steps, else "". A run whose non-finite steps are at least a
+// tenth of its steps diverged: its numbers are those of the weights before the first.
+std::string nonfinite_note(const RunData& r) {
+  if (r.nonfinite_steps.empty()) return "";
+  const int n = int(r.nonfinite_steps.size()), steps = std::max(1, r.cfg.train.steps);
+  const int first = *std::min_element(r.nonfinite_steps.begin(), r.nonfinite_steps.end());
+  if (10 * n >= steps)
+    return str_cat("- **", r.name, "** diverged at step ", first, ": ", n, " of its ", steps, " steps had a non-finite ",
+                   "loss or gradient and were skipped (metrics.jsonl events), so its numbers are mostly those of the "
+                   "weights before step ", first, ": not a result of its regime.\n");
+  return str_cat("- **", r.name, "**: ", n, " step", n > 1 ? "s" : "", " of ", steps, " skipped as non-finite (first at ",
+                 "step ", first, ").\n");
+}
 
 double number(const json& j, const char* key, const std::string& file, int line = 0) {
   if (!j.contains(key) || !j[key].is_number())
@@ -61,7 +76,7 @@ RunData read_run(const std::string& dir, const std::string& name) {
   r.seed = int(r.cfg.train.seed);
   r.cc = controller_config_of(r.cfg);
   const std::string mpath = dir + "/metrics.jsonl";
-  r.lines = report_parse_metrics(read_file(mpath, size_t(1) << 28), mpath);
+  r.lines = report_parse_metrics(read_file(mpath, size_t(1) << 28), mpath, &r.nonfinite_steps);
   const json& last = r.lines.back();
   std::vector<double> tps;
   double work = 0, peak = 0;
@@ -697,7 +712,8 @@ FarCopySection far_copy_section(const std::vector<RunData>& runs, const std::vec
 
 }  // namespace
 
-std::vector<json> report_parse_metrics(const std::string& text, const std::string& name) {
+std::vector<json> report_parse_metrics(const std::string& text, const std::string& name,
+                                       std::vector<int>* nonfinite_steps) {
   std::vector<json> lines;
   size_t start = 0;
   int line_no = 0;
@@ -710,7 +726,11 @@ std::vector<json> report_parse_metrics(const std::string& text, const std::strin
     if (line.empty()) continue;
     json j = parse_json(line, str_cat(name, " line ", line_no), "[report]", "not JSON:");
     if (!j.is_object()) fail("[report] ", name, " line ", line_no, ": not a JSON object");
-    if (j.contains("event")) continue;  // non-finite steps, loss spikes
+    if (j.contains("event")) {  // non-finite steps, loss spikes
+      if (nonfinite_steps && j["event"] == "nonfinite" && j.contains("step") && j["step"].is_number_integer())
+        nonfinite_steps->push_back(j["step"].get<int>());
+      continue;
+    }
     for (const char* k : {"step", "attn_ratio", "pair_ratio", "attn_work_ratio", "tokens_per_s", "peak_rss_mb"})
       number(j, k, name, line_no);
     if (!j["step"].is_number_integer() || j["step"].get<int64_t>() < 0 || j["step"].get<int64_t>() > INT32_MAX)
@@ -1154,6 +1174,7 @@ void report_write(const std::string& dir) {
   // Far copies by distance (any corpus), against a frequency-matched control, paired with full by seed.
   const FarCopySection far = far_copy_section(runs, regimes);
   summary_md += far.summary;
+  for (const RunData& r : runs) summary_md += nonfinite_note(r);  // diverged runs are results too, and marked
   csv_summary += far.csv;
   const std::string far_note = str_cat(
       "A far copy at distance d: a token that the continuation of the closest earlier occurrence of the n-gram before "
@@ -1269,13 +1290,14 @@ void report_write(const std::string& dir) {
   std::string csv_runs = "run,regime,seed";
   for (const auto& c : kTrainColumns) csv_runs += str_cat(",train_", c.key);
   for (const auto& c : kEvalColumns) csv_runs += str_cat(",eval_", c.key);
-  csv_runs += ",train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n";
+  csv_runs += ",nonfinite_steps,train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n";
   std::string csv_curve = "run,regime,seed,step,train_time_s,val_loss\n";
   for (const auto& r : runs) {
     csv_runs += str_cat(csv_field(r.name), ",", csv_field(r.regime), ",", r.seed);
     for (const auto& c : kTrainColumns) csv_runs += "," + full_precision(value_of(r, c));
     for (const auto& c : kEvalColumns) csv_runs += "," + full_precision(value_of(r, c));
-    csv_runs += str_cat(",", full_precision(train_seconds(r)), ",", full_precision(time_to_full_loss(r)), ",",
+    csv_runs += str_cat(",", r.nonfinite_steps.size(), ",", full_precision(train_seconds(r)), ",",
+                        full_precision(time_to_full_loss(r)), ",",
                         full_precision(time_to_full_loss_ratio(r)), "\n");
     json curve = json::array();
     for (const LossAtTime& p : r.curve) {
@@ -1288,6 +1310,7 @@ void report_write(const std::string& dir) {
                {"seed", r.seed},
                {"train", r.train},
                {"eval", r.eval},
+               {"nonfinite_steps", r.nonfinite_steps},
                {"time",
                 {{"train_seconds", train_seconds(r)},
                  {"time_to_full_loss_s", time_to_full_loss(r)},

@@ -29,7 +29,9 @@ void report_write(const std::string& dir);
 
 // The readers of the run files (hostile input: errors name `name`, the line and the key). metrics.jsonl text:
 // the lines with a step (events skipped), the numbers the report uses checked; the last must have val_loss.
-std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const std::string& name);
+// Event lines (non-finite steps, loss spikes) are left out; the steps of "nonfinite" events go to *nonfinite_steps.
+std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const std::string& name,
+                                                 std::vector<int>* nonfinite_steps = nullptr);
 // eval.json: the numbers, window_fractions (window -> fraction) and window_map (L rows of H windows >= 1).
 void report_check_eval(const nlohmann::json& eval, const std::string& name);
 // probe.json: heads [{layer, head, def_mass, accuracy_drop}], one per head of a layers x heads model.
