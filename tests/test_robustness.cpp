@@ -436,6 +436,25 @@ TEST(Robustness, ResumeFindsTheRunsDataAndRefusesOtherData) {
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(has(r.out, "--data DIR is required")) << r.out;
   EXPECT_FALSE(path_exists(d.path + "/new"));
+
+  // The run's data regenerated in place with the same tokenizer (here: its shards swapped): resume without --data
+  // refuses, naming the shard; the record holds both shards' SHA-256.
+  const std::string own = d.path + "/own", run2 = d.path + "/run2";
+  fs::copy(f.data, own, fs::copy_options::recursive);
+  r = sh("$AAH train --quiet --data " + own + " --out " + run2 + " " + Fixture::small_model() + " --stop-after 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json rec2 = nlohmann::json::parse(read_file(run2 + "/data.json"));
+  EXPECT_EQ(rec2["train_sha256"], sha256_hex(read_file(own + "/train.bin")));
+  EXPECT_EQ(rec2["val_sha256"], sha256_hex(read_file(own + "/val.bin")));
+  const std::string train_bytes = read_file(own + "/train.bin");
+  write_file_atomic(own + "/train.bin", read_file(own + "/val.bin"));
+  r = sh("$AAH train --quiet --resume --out " + run2);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "has another train.bin now than when the run started on it") && has(r.out, "--force"))
+      << r.out;
+  write_file_atomic(own + "/train.bin", train_bytes);  // put back: it resumes
+  r = sh("$AAH train --quiet --resume --out " + run2);
+  EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 // The fixture's model without vocab_size, one step.

@@ -1,6 +1,8 @@
 #include "train/run_data.h"
 
 #include <filesystem>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +29,8 @@ std::string short_sha(const std::string& sha) { return sha.empty() ? "none" : sh
 RunData run_data_of(const std::string& dir, int64_t shard_vocab) {
   RunData d;
   d.dir = absolute_dir(dir);
+  for (auto [name, sha] : {std::pair{"/train.bin", &d.train_sha256}, std::pair{"/val.bin", &d.val_sha256}})
+    if (path_exists(dir + name)) *sha = sha256_hex(read_file(dir + name, size_t(1) << 40));
   const std::string tok = dir + "/tokenizer.json", meta = dir + "/meta.json";
   if (path_exists(tok)) {
     const std::string bytes = read_file(tok);
@@ -53,6 +57,8 @@ RunData run_data_of(const std::string& dir, int64_t shard_vocab) {
 void run_data_save(const std::string& run, const RunData& d) {
   nlohmann::json j = {{"dir", d.dir}, {"vocab_size", d.vocab_size}, {"vocab_from", d.vocab_from}};
   j["tokenizer_sha256"] = d.tokenizer_sha256.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.tokenizer_sha256);
+  for (auto [key, sha] : {std::pair{"train_sha256", &d.train_sha256}, std::pair{"val_sha256", &d.val_sha256}})
+    if (!sha->empty()) j[key] = *sha;
   write_file_atomic(run + "/data.json", j.dump(2) + "\n");
 }
 
@@ -79,6 +85,11 @@ std::optional<RunData> run_data_load(const std::string& run) {
       bad("tokenizer_sha256", "64 hex digits or null");
     d.tokenizer_sha256 = j["tokenizer_sha256"].get<std::string>();
   }
+  for (auto [key, sha] : {std::pair{"train_sha256", &d.train_sha256}, std::pair{"val_sha256", &d.val_sha256}})
+    if (j.contains(key)) {
+      if (!j[key].is_string() || j[key].get<std::string>().size() != 64) bad(key, "64 hex digits");
+      *sha = j[key].get<std::string>();
+    }
   return d;
 }
 
@@ -96,6 +107,13 @@ void run_data_check(const RunData& recorded, const RunData& given, const std::st
                           "another tokenizer.json than " + trained_on + ", which the run was trained on",
          " (SHA-256 ", short_sha(given.tokenizer_sha256), " against ", short_sha(recorded.tokenizer_sha256),
          "): the same ids would mean other text; give the run's data, or start a new run");
+  for (auto [file, r, g] : {std::tuple{"train.bin", &recorded.train_sha256, &given.train_sha256},
+                            std::tuple{"val.bin", &recorded.val_sha256, &given.val_sha256}})
+    if (!r->empty() && !g->empty() && *r != *g)
+      fail(head, same_dir ? str_cat("another ", file, " now than when the run started on it")
+                          : str_cat("another ", file, " than ", trained_on, ", which the run started on"),
+           " (SHA-256 ", short_sha(*g), " against ", short_sha(*r), "; regenerated or replaced?): resuming would ",
+           "continue on other tokens; give the run's data, or start afresh (aah train --force)");
 }
 
 }  // namespace aah
