@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "controller/controller_config.h"
 #include "core/process.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
@@ -936,6 +937,41 @@ TEST(Suite, ADivergedRunIsReportedAsDiverged) {
                             "--timing-budget", "0"});
   ASSERT_EQ(ok.rc, 0) << ok.err;
   EXPECT_EQ(read_file(tmp.path + "/ok/report.md").find("non-finite"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// A result's name is what it trained: a --set that changes a knob the regime itself sets is refused before anything
+// is written; repeated regimes and seeds run once.
+TEST(Suite, SetsThatContradictARegimeAreRefusedAndRepeatsCollapse) {
+  const test::TempDir tmp("names");
+  const std::string dir = tmp.path + "/suite";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--regimes", "full_adaptive", "--set", "aah.topology=freeze"}, "regime full_adaptive, which sets aah.topology"},
+      {{"--regimes", "full", "--set", "aah.policy=coverage"}, "contradicts regime full, which sets aah.policy=\"off\""},
+      {{"--regimes", "fixed_window_64", "--set", "aah.fixed_window=32"}, "which sets aah.fixed_window=64"},
+      {{"--regimes", "grouping_off", "--set", "aah.grouping=true"}, "which sets aah.grouping=false"}};
+  for (const auto& [args, msg] : refused) {
+    std::vector<std::string> a = {"suite", "--preset", "smoke", "--out", dir};
+    a.insert(a.end(), args.begin(), args.end());
+    const Child c = run_aah(a);
+    EXPECT_NE(c.rc, 0);
+    EXPECT_NE(c.err.find(msg), std::string::npos) << c.err;
+    EXPECT_FALSE(fs::exists(dir));
+  }
+  // A knob the regime does not set may be refined: fixed_window (policy fixed) with aah.fixed_window.
+  EXPECT_EQ(controller_regime_keys("fixed_window"), std::vector<std::string>({"aah.shape", "aah.topology", "aah.policy"}));
+  EXPECT_EQ(controller_regime_keys("copy_budget_500"), std::vector<std::string>({"aah.policy", "aah.pair_budget"}));
+  const Child d = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full,full", "--seeds", "0,0",
+                           "--timing-budget", "0", "--no-report"});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_NE(d.err.find("--regimes lists full twice: it runs once"), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("--seeds lists 0 twice: it runs once"), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("1 runs (1 regimes x 1 seeds)"), std::string::npos) << d.err;
 }
 
 }  // namespace

@@ -214,6 +214,30 @@ void controller_apply_regime(ControllerConfig& cfg, const std::string& name) {
   cfg = c;
 }
 
+std::vector<std::string> controller_regime_keys(const std::string& name) {
+  std::vector<std::string> keys;
+  auto add = [&](const Regime& r) {
+    for (const auto& [knob, value] : r.sets)
+      if (std::find(keys.begin(), keys.end(), std::string("aah.") + knob) == keys.end())
+        keys.push_back(std::string("aah.") + knob);
+  };
+  size_t start = 0;
+  for (int i = 0;; i++) {
+    const size_t plus = name.find('+', start);
+    const std::string part = name.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+    std::pair<std::string, std::string> number;
+    const Regime* r = i == 0 ? find_regime(kMainRegimes, part, &number) : nullptr;
+    if (!r && i == 0)  // a variant alone is on top of full_adaptive
+      if (const Regime* fa = find_regime(kMainRegimes, "full_adaptive", &number)) add(*fa);
+    if (!r) r = find_regime(kVariants, part, &number);
+    if (!r) unknown_regime(name, part);
+    add(*r);
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  return keys;
+}
+
 std::vector<std::string> controller_regime_names() {
   std::vector<std::string> names;
   for (const auto* table : {&kMainRegimes, &kVariants})

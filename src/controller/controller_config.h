@@ -91,6 +91,8 @@ std::vector<int> controller_default_windows(int T);
 // "shallow_freeze+shuffle_post_select", "shallow_freeze+control_interval_10", "fixed_window_1024", "no_feature_ema".
 // Apply the regime first and the individual knobs given explicitly afterwards. Unknown names: aah::Error naming it and listing the known ones.
 void controller_apply_regime(ControllerConfig& cfg, const std::string& name);
+// The aah.* keys that the regime `name` itself sets (its rows', e.g. copy_budget_500: aah.policy, aah.pair_budget).
+std::vector<std::string> controller_regime_keys(const std::string& name);
 // Names accepted by controller_apply_regime (main regimes, then variants; "_N" / "_W" stand for a number).
 std::vector<std::string> controller_regime_names();
 // docs/regimes.md: the regime table as Markdown (name, the knobs it sets, what it does), written from the rows

@@ -209,10 +209,46 @@ double suite_eta_seconds(const SuiteEta& e) {
   return per_run * (e.runs_left - e.current_fraction) + e.tail_s;
 }
 
+namespace {
+
+// A run directory named after a regime holds that regime: a --set (the preset's or the user's) that changes a knob
+// the regime itself sets is refused, naming both (copy_budget_500 with --set aah.pair_budget=0.3 is not
+// copy_budget_500).
+void check_sets_keep_regime(const std::string& regime, const std::vector<std::string>& sets) {
+  const std::vector<std::string> owned = controller_regime_keys(regime);
+  Config base;
+  config_set(base, "aah.regime=" + regime);
+  const nlohmann::json want = controller_config_to_json(controller_config_of(base));
+  for (const std::string& s : sets) {
+    const std::string key = s.substr(0, s.find('='));
+    if (std::find(owned.begin(), owned.end(), key) == owned.end()) continue;
+    Config c = base;
+    config_set(c, s);
+    const nlohmann::json got = controller_config_to_json(controller_config_of(c));
+    const std::string k = key.substr(4);  // "aah.pair_budget" -> "pair_budget"
+    if (got.value(k, nlohmann::json()) != want.value(k, nlohmann::json()))
+      fail("[suite] --set ", s, " contradicts regime ", regime, ", which sets ", key, "=",
+           want.value(k, nlohmann::json()).dump(), ": its runs would carry the regime's name but train something else; drop the --set, or name a regime ",
+           "that says it (e.g. a _P or _N suffix, or a '+variant')");
+  }
+}
+
+// The list without repeats, first occurrences kept; says on stderr what was collapsed.
+template <class T>
+std::vector<T> collapse_repeats(const std::vector<T>& v, const char* what) {
+  std::vector<T> out;
+  for (const T& x : v)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+    else std::fprintf(stderr, "[suite] %s lists %s twice: it runs once\n", what, str_cat(x).c_str());
+  return out;
+}
+
+}  // namespace
+
 int suite_run(const SuiteOptions& o) {
   SuitePreset p = suite_preset(o.preset);
-  if (!o.regimes.empty()) p.regimes = o.regimes;
-  if (!o.seeds.empty()) p.seeds = o.seeds;
+  if (!o.regimes.empty()) p.regimes = collapse_repeats(o.regimes, "--regimes");
+  if (!o.seeds.empty()) p.seeds = collapse_repeats(o.seeds, "--seeds");
   if (o.base_extend_steps >= 0) p.base_extend_steps = o.base_extend_steps;
   if (o.base_max_steps >= 0) p.base_max_steps = o.base_max_steps;
   const double timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
@@ -242,6 +278,7 @@ int suite_run(const SuiteOptions& o) {
     for (const auto& s : sets) config_set(cfg, s);
     config_validate(cfg);
     controller_config_of(cfg);
+    if (!matched) check_sets_keep_regime(regime, sets);
     steps = cfg.train.steps, context = cfg.train.context;
   }
 
