@@ -207,7 +207,7 @@ TEST(CoverageDecision, RegimeAndKnobs) {
   EXPECT_NE(test::error_of([&] { controller_validate(c); }).find("aah.coverage_sample"), std::string::npos);
   ControllerConfig f = config_for("full_adaptive");
   f.pair_budget = 0.5;
-  EXPECT_NE(test::error_of([&] { controller_validate(f); }).find("applies to policies coverage and copy only"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { controller_validate(f); }).find("applies to policies coverage, copy and oracle only"), std::string::npos);
   f.pair_budget = 0;
   f.coverage_tail = 0.5;
   EXPECT_NE(test::error_of([&] { controller_validate(f); }).find("'aah.coverage_tail' applies to policy coverage only"),

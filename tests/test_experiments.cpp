@@ -972,6 +972,17 @@ TEST(Suite, SetsThatContradictARegimeAreRefusedAndRepeatsCollapse) {
   EXPECT_NE(d.err.find("--regimes lists full twice: it runs once"), std::string::npos) << d.err;
   EXPECT_NE(d.err.find("--seeds lists 0 twice: it runs once"), std::string::npos) << d.err;
   EXPECT_NE(d.err.find("1 runs (1 regimes x 1 seeds)"), std::string::npos) << d.err;
+  // A rerun with other settings or other data is refused, naming what differs and how to start afresh.
+  const Child e = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--set", "train.steps=50"});
+  EXPECT_NE(e.rc, 0);
+  EXPECT_NE(e.err.find("records another suite: sets: the suite has nothing more, this command \"train.steps=50\""),
+            std::string::npos)
+      << e.err;
+  EXPECT_NE(e.err.find("another --out to start afresh"), std::string::npos) << e.err;
+  const Child f = run_aah({"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--data", dir + "/data"});
+  EXPECT_NE(f.rc, 0);
+  EXPECT_NE(f.err.find("records another suite: data \"synth\", this command \"" + dir + "/data\""), std::string::npos)
+      << f.err;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -77,11 +78,18 @@ int run_generate(const GenerateOptions& o) {
   const double t0 = now_seconds();
   const float* logits = dec.prefill(ids.data(), int(ids.size()));
   const double t_prefill = now_seconds() - t0;
-  // Decode prompt + generated ids together (tokenizers may join tokens with separators) and print what is new.
+  // Print the prompt, then what each new token completes (a token may end inside a UTF-8 character). The tokens
+  // since the last print are decoded with one token before them as context (a decoder may treat a sequence's first
+  // token apart), so each step decodes a few tokens, not the whole output; should that context not reproduce the
+  // text (a tokenizer whose decode is not a concatenation), the whole output is decoded instead.
   std::vector<int32_t> out = ids;
-  std::string printed = tok.decode(out);
-  std::fputs(printed.c_str(), stdout);
+  std::string text = tok.decode(out);
+  std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
+  size_t printed = text.size();   // bytes of the whole output printed
+  size_t base = out.size();       // tokens before `base` are printed in full
+  auto context_of = [&](size_t b) { return b > 0 ? tok.decode(std::span(out).subspan(b - 1, 1)) : std::string(); };
+  std::string context = context_of(base);
   const double t1 = now_seconds();
   // A model may have more rows than its tokenizer has ids (vocab_size rounded up): never emit one it cannot decode.
   const int sample_V = std::min(cfg.model.vocab_size, int(tok.vocab_size()));
@@ -91,12 +99,20 @@ int run_generate(const GenerateOptions& o) {
     if (!o.logprobs.empty())
       logprob_lines += nlohmann::json{{"i", i}, {"token", next}, {"logprob", token_logprob(logits, sample_V, next)}}.dump() + "\n";
     out.push_back(next);
-    // Print what the new token completes (a token may end inside a UTF-8 character).
-    std::string text = tok.decode(out);
-    if (text.size() > printed.size() && (text.back() & 0xC0) != 0x80 && (unsigned char)text.back() < 0xC0) {
-      std::fputs(text.c_str() + printed.size(), stdout);
+    std::string fresh;  // the text of out[base..]
+    const std::string tail = tok.decode(std::span(out).subspan(base > 0 ? base - 1 : 0));
+    if (tail.compare(0, context.size(), context) == 0) {
+      fresh = tail.substr(context.size());
+    } else {
+      const std::string all = tok.decode(out);
+      fresh = all.size() > printed ? all.substr(printed) : std::string();
+    }
+    if (!fresh.empty() && (fresh.back() & 0xC0) != 0x80 && (unsigned char)fresh.back() < 0xC0) {
+      std::fputs(fresh.c_str(), stdout);
       std::fflush(stdout);
-      printed = text;
+      printed += fresh.size();
+      base = out.size();
+      context = context_of(base);
     }
     if (i + 1 < o.max_new) logits = dec.step(next);
   }

@@ -243,6 +243,28 @@ std::vector<T> collapse_repeats(const std::vector<T>& v, const char* what) {
   return out;
 }
 
+// What differs between a suite's record (suite.json) and this invocation's, in words ("" when nothing that matters):
+// the preset, the data, the assignments given to every run or to the bases (named one by one).
+std::string suite_record_difference(const json& old, const json& now) {
+  if (old.value("preset", json()) != now["preset"])
+    return str_cat("preset ", old.value("preset", json()).dump(), ", this command ", now["preset"].dump());
+  if (old.contains("data") && old["data"] != now["data"])
+    return str_cat("data ", old["data"].dump(), ", this command ", now["data"].dump());
+  for (const char* key : {"sets", "base_sets"}) {
+    const json a = old.value(key, json::array()), b = now.value(key, json::array());
+    if (a == b) continue;
+    std::string only_old, only_new;
+    for (const auto& x : a)
+      if (std::find(b.begin(), b.end(), x) == b.end()) only_old += (only_old.empty() ? "" : ", ") + x.dump();
+    for (const auto& x : b)
+      if (std::find(a.begin(), a.end(), x) == a.end()) only_new += (only_new.empty() ? "" : ", ") + x.dump();
+    return str_cat(key, ": the suite has ", only_old.empty() ? "nothing more" : only_old, ", this command ",
+                   only_new.empty() ? "nothing more" : only_new,
+                   only_old.empty() && only_new.empty() ? " (the same, in another order)" : "");
+  }
+  return "";
+}
+
 }  // namespace
 
 int suite_run(const SuiteOptions& o) {
@@ -294,10 +316,12 @@ int suite_run(const SuiteOptions& o) {
   if (p.base) suite["base_sets"] = base_sets;
   if (file_exists(suite_path)) {
     const json old = read_json_file(suite_path);
-    if (!old.is_object() || old.value("preset", "") != p.name || old.value("sets", json::array()) != suite["sets"] ||
-        old.value("base_sets", json()) != suite.value("base_sets", json()))
-      fail("[suite] ", suite_path, " is a suite of preset '", old.value("preset", "?"),
-           "' with other settings; give another --out (or the same --preset and --set as before)");
+    if (!old.is_object()) fail("[suite] ", suite_path, ": not a JSON object (a suite's record)");
+    const std::string differs = suite_record_difference(old, suite);
+    if (!differs.empty())
+      fail("[suite] ", suite_path, " records another suite: ", differs, ". Its finished runs would be mixed with "
+           "differently configured ones: give the same --preset, --set and --data as before, or another --out to start "
+           "afresh");
     for (const auto& r : old.value("regimes", json::array()))
       if (std::find(p.regimes.begin(), p.regimes.end(), r.get<std::string>()) == p.regimes.end())
         suite["regimes"].push_back(r);

@@ -349,6 +349,7 @@ int train_run(const TrainOptions& o) {
   const bool quiet = o.quiet || !lead;
   Config cfg = o.config;
   run_dir_check(o.out_dir, o.resume, o.force);
+  comm.barrier();  // every rank has seen the directory as it was before rank 0 writes into it
   // The data: --data, or on --resume the directory the run recorded (checked before anything is created).
   std::optional<RunData> recorded;
   if (o.resume) recorded = run_data_load(o.out_dir);
