@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "controller/controller_config.h"
 #include "core/process.h"
 #include "experiments/report.h"
 #include "helpers.h"
@@ -561,6 +562,43 @@ TEST(Robustness, AWindowBeyondTheContextIsRefusedAndShortTextsStillEvaluate) {
   EXPECT_EQ(own_adaptive["windows_decided_at_eval"], false);
   for (const auto& row : own_adaptive["window_map"])
     for (const auto& w : row) EXPECT_LE(w.get<int>(), 6) << own_adaptive.dump();
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// Meaningless values are refused with messages a person can read: NaN and infinity in float flags (CLI11's range
+// checks let them through), a negative seed, regime parts that set one knob two ways.
+TEST(Robustness, MeaninglessValuesAreRefused) {
+  for (const std::string& cmd : {std::string("$AAH bench train --budget nan"), std::string("$AAH bench train --spread inf"),
+                                 std::string("$AAH bench attention --min-sample -nan"),
+                                 std::string("$AAH suite --preset smoke --out /tmp/never --timing-budget nan")}) {
+    const Result r = sh(cmd);
+    EXPECT_NE(r.rc, 0) << cmd;
+    EXPECT_TRUE(has(r.out, "is not a finite number")) << cmd << ": " << r.out;
+  }
+  EXPECT_FALSE(path_exists("/tmp/never"));
+  Config c;
+  EXPECT_TRUE(has(error_of([&] {
+    config_set(c, "train.seed=-5");
+    config_validate(c);
+  }), "train.seed")) << "a negative seed";
+  for (const auto& [regime, msg] :
+       {std::pair{"control_interval_5+control_interval_10",
+                  "'control_interval_5' sets aah.control_interval=5 and 'control_interval_10' sets it to 10"},
+        std::pair{"coverage+fixed_window", "'coverage' sets aah.policy=coverage and 'fixed_window' sets it to fixed"}}) {
+    ControllerConfig cc;
+    EXPECT_TRUE(has(error_of([&] { controller_apply_regime(cc, regime); }), msg)) << regime;
+  }
+  // Parts that agree combine as before.
+  ControllerConfig ok;
+  controller_apply_regime(ok, "copy_budget_500+copy_shuffled");
+  EXPECT_TRUE(ok.copy_shuffle);
+  controller_apply_regime(ok, "coverage_budget_500+coverage_tail_20");
+  EXPECT_DOUBLE_EQ(ok.coverage_tail, 0.02);
 }
 
 }  // namespace

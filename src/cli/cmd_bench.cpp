@@ -46,11 +46,11 @@ void add_measure_flags(CLI::App* cmd, BenchOptions& o) {
   cmd->add_option("--budget", m.budget_s,
                   "Seconds of timed rounds per comparison: no round starts that would end past it (once "
                   "--rounds-min ran)")
-      ->check(CLI::PositiveNumber)
+      ->check(kFiniteNumber & CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--spread", m.spread,
                   "Stop once every spread (IQR / median) is at most this; figures above it are flagged")
-      ->check(CLI::PositiveNumber)
+      ->check(kFiniteNumber & CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag_function("--progress", [&m](int64_t) { m.progress = stderr; }, "A line per timed round on stderr");
 }
@@ -133,7 +133,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   at->add_option("--min-sample", attn_min_sample,
                  "Seconds one sample lasts at least: a shorter kernel call repeats back to back within it (the "
                  "warm-up round sets how often) and the sample is its mean; 0 = one call per sample")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kFiniteNumber & CLI::NonNegativeNumber)
       ->capture_default_str();
   at->callback([&rc] {
     opts.measure.min_sample_s = attn_min_sample;

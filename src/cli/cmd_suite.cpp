@@ -46,7 +46,7 @@ void add_suite_commands(CLI::App& app, int& rc) {
   suite->add_option("--timing-budget", so.timing_budget_s,
                     "Seconds of side-by-side timing of the regimes' final window maps after the runs (aah bench maps "
                     "-> timing.json, the report's time columns); 0: none; default: the preset's (60 s, smoke 2 s)")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(kFiniteNumber & CLI::Range(0.0, 3600.0));
   suite->add_option("--base-extend", so.base_extend_steps,
                     "Synth presets with a base: a base that does not yet retrieve at the farthest distance (accuracy "
                     "< 0.95) trains on this many steps at a time, up to --base-max (default: the preset's; retrieval "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 
 namespace aah {
 
@@ -174,13 +175,18 @@ void set_knob(ControllerConfig& c, const std::string& knob, const std::string& t
   field_assign(*f, field_value_of_text(*f, text), "regime table");
 }
 
-void apply_regime_row(ControllerConfig& c, const Regime& r, const std::pair<std::string, std::string>& number) {
+// Sets the row's knobs; returns (knob, value) as set.
+std::vector<std::pair<std::string, std::string>> apply_regime_row(ControllerConfig& c, const Regime& r,
+                                                                  const std::pair<std::string, std::string>& number) {
+  std::vector<std::pair<std::string, std::string>> set;
   for (const auto& [knob, value] : r.sets) {
     std::string v = value;
     if (value == number.first) v = number.second;
     if (value == number.first + "/1000") v = std::to_string(std::stoi(number.second) / 1000.0);  // thousandths
     set_knob(c, knob, v);
+    set.push_back({knob, v});
   }
+  return set;
 }
 
 void reset_regime_knobs(ControllerConfig& c) {
@@ -203,12 +209,21 @@ void controller_apply_regime(ControllerConfig& cfg, const std::string& name) {
   }
   ControllerConfig c = cfg;
   reset_regime_knobs(c);
+  std::map<std::string, std::pair<std::string, std::string>> by;  // knob -> (value, the part that set it)
   for (size_t i = 0; i < parts.size(); i++) {
     std::pair<std::string, std::string> number;
     const Regime* r = i == 0 ? find_regime(kMainRegimes, parts[i], &number) : nullptr;  // a main regime only first
     if (!r) r = find_regime(kVariants, parts[i], &number);
     if (!r) unknown_regime(name, parts[i]);
-    apply_regime_row(c, *r, number);
+    // Two parts that set one knob to different values contradict each other (control_interval_5+control_interval_10,
+    // coverage+fixed_window): refused rather than the last one silently winning.
+    for (const auto& [knob, v] : apply_regime_row(c, *r, number)) {
+      const auto it = by.find(knob);
+      if (it != by.end() && it->second.first != v)
+        fail("[controller] regime '", name, "': '", it->second.second, "' sets aah.", knob, "=", it->second.first,
+             " and '", parts[i], "' sets it to ", v, ": choose one");
+      by[knob] = {v, parts[i]};
+    }
   }
   c.regime = name;
   cfg = c;

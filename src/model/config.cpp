@@ -41,7 +41,7 @@ std::vector<ConfigField> fields(Config& c) {
       {"train.beta2", &t.beta2, in_half_open(0, 1), "AdamW beta2"},
       {"train.adam_eps", &t.adam_eps, above(0), "AdamW epsilon"},
       {"train.grad_clip", &t.grad_clip, at_least(0), "global gradient-norm clip (0: off)"},
-      {"train.seed", &t.seed, {}, "seed of initialization and data sampling"},
+      {"train.seed", &t.seed, at_least(0), "seed of initialization and data sampling"},
       {"train.log_interval", &t.log_interval, above(0), "steps between metrics.jsonl lines"},
       {"train.eval_interval", &t.eval_interval, at_least(0), "steps between validation evaluations (0: only at the end)"},
       {"train.eval_windows", &t.eval_windows, above(0), "validation windows of context+1 tokens"},
