@@ -1,6 +1,8 @@
 // The experiment suite and its report: statistics against tables, the smoke preset end to end (every number of
 // the report re-derived here from the run files), figures that render, and a suite interrupted and resumed.
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -983,6 +985,32 @@ TEST(Suite, SetsThatContradictARegimeAreRefusedAndRepeatsCollapse) {
   EXPECT_NE(f.rc, 0);
   EXPECT_NE(f.err.find("records another suite: data \"synth\", this command \"" + dir + "/data\""), std::string::npos)
       << f.err;
+}
+
+}  // namespace
+}  // namespace aah
+
+namespace aah {
+namespace {
+
+// Two suites on one directory at once cannot both proceed: while one holds OUT/.suite.lock the other is refused,
+// before it reads or writes suite.json; once the lock is free (the holder exited or died), it runs.
+TEST(Suite, ASecondSuiteOnTheSameDirectoryIsRefused) {
+  const test::TempDir tmp("lock");
+  const std::string dir = tmp.path + "/suite";
+  fs::create_directories(dir);
+  const int fd = ::open((dir + "/.suite.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--regimes", "full",
+                                         "--timing-budget", "0", "--no-report"};
+  const Child busy = run_aah(args);
+  EXPECT_NE(busy.rc, 0);
+  EXPECT_NE(busy.err.find("another aah suite is running on this directory"), std::string::npos) << busy.err;
+  EXPECT_FALSE(fs::exists(dir + "/suite.json"));
+  ::close(fd);
+  const Child free = run_aah(args);
+  EXPECT_EQ(free.rc, 0) << free.err;
 }
 
 }  // namespace

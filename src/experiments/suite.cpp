@@ -1,5 +1,7 @@
 #include "experiments/suite.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -265,6 +267,31 @@ std::string suite_record_difference(const json& old, const json& now) {
   return "";
 }
 
+// One suite per directory at a time: an exclusive flock on OUT/.suite.lock while the suite runs (the kernel drops it
+// when the process dies, so a killed suite never blocks its rerun).
+class SuiteLock {
+ public:
+  explicit SuiteLock(const std::string& dir) {
+    const std::string path = dir + "/.suite.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("[suite] ", path, ": cannot open: ", std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      if (err == EWOULDBLOCK)
+        fail("[suite] ", dir, ": another aah suite is running on this directory (", path, " is locked): wait for it ",
+             "to finish, or choose another --out");
+      fail("[suite] ", path, ": cannot lock: ", std::strerror(err));
+    }
+  }
+  ~SuiteLock() { ::close(fd_); }
+  SuiteLock(const SuiteLock&) = delete;
+  SuiteLock& operator=(const SuiteLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace
 
 int suite_run(const SuiteOptions& o) {
@@ -308,6 +335,7 @@ int suite_run(const SuiteOptions& o) {
                  {"suite.json", "data", "base", "runs", "figures", "report.md", "report.html", "report.json",
                   "runs.csv", "summary.csv", "val_loss_time.csv", "loss_by_position.csv", "timing.json"});
   make_dirs(o.out);
+  const SuiteLock lock(o.out);  // before suite.json is read or written
   // suite.json: what this suite is. A rerun must be the same preset with the same assignments (regimes and seeds
   // may be added); otherwise finished runs would be silently mixed with differently configured ones.
   const std::string suite_path = o.out + "/suite.json";

@@ -269,8 +269,12 @@ DirKind dir_kind(const std::string& path) {
   if (has("train.bin") || has("val.bin") || has("meta.json")) return DirKind::corpus;
   // config.json with model.safetensors alone is a Hugging Face model directory (other), not an aah run.
   if (has("config.json") && (has("metrics.jsonl") || has("checkpoint"))) return DirKind::run;
+  // Empty but for aah's own lock files (a run's .lock, a suite's .suite.lock: one that is starting, or left by a
+  // refused start).
   std::error_code ec;
-  return std::filesystem::is_empty(path, ec) ? DirKind::empty : DirKind::other;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec))
+    if (e.path().filename() != ".lock" && e.path().filename() != ".suite.lock") return DirKind::other;
+  return ec ? DirKind::other : DirKind::empty;
 }
 
 const char* dir_kind_name(DirKind k) {
