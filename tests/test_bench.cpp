@@ -159,6 +159,12 @@ TEST(Measure, BudgetAndMaximumStopTheRounds) {
   // while the maximum (1000) would run far past it
   EXPECT_LE(r.rounds, 40) << "a budget of 0.1 s for about 10 ms a round";
   EXPECT_FALSE(r.settled);
+  // The budget counts the warm-up: 20 warm-up rounds of ~10 ms spend the 0.1 s, so only the minimum runs.
+  MeasureOptions w = o;
+  w.warmup_rounds = 20;
+  const MeasureResult rw = measure_interleaved({{"x", [&] { spin(n); }}}, w);
+  EXPECT_EQ(rw.rounds, 2);
+  EXPECT_GT(rw.seconds, 0.1);
   // A workload of 1, 2, 3 units in turn: its spread never settles under 1e-12 (an empty one could time identically
   // each round, spread 0, and settle at 3 rounds), so only the maximum and the minimum stop it.
   int k = 0;

@@ -96,9 +96,10 @@ MeasureResult measure_interleaved(const std::vector<MeasureCase>& cases, const M
       if (timed) r.cases[c].samples.push_back(t);
     }
   };
-  for (int w = 0; w < r.warmup_rounds; w++) run_round(false, w == r.warmup_rounds - 1);
-
+  // The budget counts the warm-up too: a comparison takes at most budget_s in all (once rounds_min ran).
   const double start = now_seconds();
+  for (int w = 0; w < r.warmup_rounds; w++) run_round(false, w == r.warmup_rounds - 1);
+  const double timed_start = now_seconds();
   while (true) {
     run_round(true, false);
     r.rounds++;
@@ -121,7 +122,7 @@ MeasureResult measure_interleaved(const std::vector<MeasureCase>& cases, const M
       break;
     }
     if (r.rounds >= rounds_max) break;
-    const double per_round = r.seconds / r.rounds;
+    const double per_round = (now_seconds() - timed_start) / r.rounds;
     if (r.seconds + per_round > opts.budget_s) break;
   }
   for (auto& c : r.cases) c = sample_stats(c.samples, opts.spread);

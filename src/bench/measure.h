@@ -26,7 +26,7 @@ struct MeasureOptions {
   int warmup_rounds = 1;  // untimed rounds first (first touch of buffers, caches, thread pools)
   int rounds_min = 5;     // timed rounds at least (even past the budget)
   int rounds_max = 50;    // timed rounds at most
-  double budget_s = 60;   // no new round starts once it would end past this many seconds of timed rounds
+  double budget_s = 60;   // no new round starts once it would end past this many seconds, warm-up included
   double spread = 0.10;   // stop when every spread is at most this; a spread above it is flagged
   // A case whose run takes less than this repeats within its sample, back to back, often enough to fill it (the
   // count is set from the last warm-up round's time, so it needs warmup_rounds >= 1); its sample is then the mean
@@ -63,7 +63,7 @@ struct MeasureResult {
   std::vector<int> runs_per_sample;  // per case (MeasureOptions::min_sample_s)
   int rounds = 0;                  // timed rounds
   int warmup_rounds = 0;
-  double seconds = 0;              // wall time of the timed rounds
+  double seconds = 0;              // wall time of the comparison, warm-up included
   double spread_limit = 0.10;      // MeasureOptions::spread
   bool settled = false;            // stopped because every spread was under the limit
 };

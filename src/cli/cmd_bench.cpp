@@ -44,7 +44,7 @@ void add_measure_flags(CLI::App* cmd, BenchOptions& o) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--budget", m.budget_s,
-                  "Seconds of timed rounds per comparison: no round starts that would end past it (once "
+                  "Seconds per comparison, warm-up included: no round starts that would end past it (once "
                   "--rounds-min ran)")
       ->check(kFiniteNumber & CLI::PositiveNumber)
       ->capture_default_str();
