@@ -1011,6 +1011,22 @@ TEST(Suite, ASecondSuiteOnTheSameDirectoryIsRefused) {
   ::close(fd);
   const Child free = run_aah(args);
   EXPECT_EQ(free.rc, 0) << free.err;
+
+  // Only the suite's runs count: a copy under another name, and a run of a seed the suite does not list, are left
+  // out of the report, each said so.
+  fs::copy(dir + "/runs/full-s0", dir + "/runs/renamed-s0", fs::copy_options::recursive);
+  fs::copy(dir + "/runs/full-s0", dir + "/runs/full-s7", fs::copy_options::recursive);
+  json cfg7 = json::parse(read_file(dir + "/runs/full-s7/config.json"));
+  cfg7["train"]["seed"] = 7;
+  write_file_atomic(dir + "/runs/full-s7/config.json", cfg7.dump(2));
+  const Child rep = run_aah({"report", dir});
+  ASSERT_EQ(rep.rc, 0) << rep.err;
+  EXPECT_NE(rep.err.find("runs/renamed-s0: left out (its config.json says regime full, seed 0)"), std::string::npos)
+      << rep.err;
+  EXPECT_NE(rep.err.find("runs/full-s7: left out (not a (regime, seed) of this suite's suite.json)"),
+            std::string::npos)
+      << rep.err;
+  EXPECT_EQ(json::parse(read_file(dir + "/report.json"))["runs"].size(), 1u);
 }
 
 }  // namespace

@@ -824,6 +824,23 @@ bool report_use_interleaved_time(std::vector<RunData>& runs, const json& timing)
   return true;
 }
 
+bool report_suite_lists(const json& suite, const std::string& regime, int seed) {
+  if (!suite.contains("regimes") || !suite.contains("seeds") || !suite["regimes"].is_array() ||
+      !suite["seeds"].is_array())
+    return true;  // no record of the suite's runs (a hand-made suite): every run counts
+  bool seed_ok = false, regime_ok = false;
+  for (const auto& s : suite["seeds"]) seed_ok = seed_ok || (s.is_number_integer() && s.get<int>() == seed);
+  for (const auto& g : suite["regimes"]) {
+    if (!g.is_string()) continue;
+    std::string name = g.get<std::string>();
+    const json& m = suite.value("matched", json::object());
+    if (m.is_object() && m.contains(name) && m[name].is_object() && m[name].value("regime", json()).is_string())
+      name = m[name]["regime"].get<std::string>();  // "fixed_matched" -> fixed_window_W
+    regime_ok = regime_ok || name == regime;
+  }
+  return seed_ok && regime_ok;
+}
+
 bool report_owns_file(const std::string& existing, const std::string& now) {
   auto first_line = [](const std::string& t) { return t.substr(0, t.find('\n')); };
   if (now.rfind("# aah suite report\n", 0) == 0) return existing.rfind("# aah suite report\n", 0) == 0;
@@ -924,9 +941,21 @@ void report_write(const std::string& dir) {
     }
     runs.push_back(read_run(rd, n));
   }
-  if (runs.empty()) fail("[report] ", runs_dir, ": no finished run (none has eval.json)");
   json suite = file_exists(dir + "/suite.json") ? read_json_file(dir + "/suite.json") : json::object();
   if (!suite.is_object()) fail("[report] ", dir, "/suite.json: not a JSON object");
+  // Only the suite's own runs count: a directory whose name is not its config's <regime>-s<seed>, or (with
+  // suite.json) whose regime or seed the suite does not list, is left out and said so.
+  std::erase_if(runs, [&](const RunData& r) {
+    std::string why;
+    if (r.name != str_cat(r.regime, "-s", r.seed))
+      why = str_cat("its config.json says regime ", r.regime, ", seed ", r.seed);
+    else if (!report_suite_lists(suite, r.regime, r.seed))
+      why = "not a (regime, seed) of this suite's suite.json";
+    if (!why.empty())
+      std::fprintf(stderr, "[report] %s/%s: left out (%s)\n", runs_dir.c_str(), r.name.c_str(), why.c_str());
+    return !why.empty();
+  });
+  if (runs.empty()) fail("[report] ", runs_dir, ": no finished run of this suite (none has eval.json)");
 
   // Regimes in the suite's order (full first when present), then any others found.
   std::vector<std::string> regimes;

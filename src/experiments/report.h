@@ -25,6 +25,8 @@ namespace aah {
 // report.md's title line, report.html's title, report.json's keys, a CSV's header line. A user's file of the same
 // name is not replaced.
 bool report_owns_file(const std::string& existing, const std::string& now);
+// Whether suite.json lists (regime, seed) among its runs (a matched regime by its resolved name); true without lists.
+bool report_suite_lists(const nlohmann::json& suite, const std::string& regime, int seed);
 void report_write(const std::string& dir);
 
 // The readers of the run files (hostile input: errors name `name`, the line and the key). metrics.jsonl text:
