@@ -586,11 +586,12 @@ TEST(Robustness, MeaninglessValuesAreRefused) {
     config_set(c, "train.seed=-5");
     config_validate(c);
   }), "train.seed")) << "a negative seed";
-  for (const auto& [regime, msg] :
+  for (const auto& [regime_name, msg] :
        {std::pair{"control_interval_5+control_interval_10",
                   "'control_interval_5' sets aah.control_interval=5 and 'control_interval_10' sets it to 10"},
         std::pair{"coverage+fixed_window", "'coverage' sets aah.policy=coverage and 'fixed_window' sets it to fixed"}}) {
     ControllerConfig cc;
+    const std::string regime = regime_name;  // (clang: a lambda may not capture a structured binding)
     EXPECT_TRUE(has(error_of([&] { controller_apply_regime(cc, regime); }), msg)) << regime;
   }
   // Parts that agree combine as before.
