@@ -246,6 +246,13 @@ struct ControlledSynth {
     write_file_atomic(d.path + "/data/meta.json", R"({"source": "synth", "keys": 64})");
   }
 
+  // The attention output back on (random wo), so that cutting a head's window changes the answers; rewrites run/.
+  void switch_attention_on() {
+    Rng rng(31);
+    for (int i = 0; i < C * 2 * 8; i++) model->params().wo[i] = float(0.7 * rng.normal());
+    write_model_dir(d.path + "/run", cfg, *model);
+  }
+
   // The hand computation of the loss of value v after key k.
   double loss_after(int k, int v) const {
     const Params<float>& p = model->params();
@@ -398,10 +405,7 @@ TEST(ProbeHeads, ControlledModelOnAHandBuiltShard) {
 // double-precision copy of the model whose per-position losses are read at the 8 questions' queries directly.
 TEST(ProbeHeads, OracleCutTableMatchesTheDoubleModel) {
   ControlledSynth cs;
-  Params<float>& p = cs.model->params();
-  Rng rng(31);
-  for (int i = 0; i < ControlledSynth::C * 2 * 8; i++) p.wo[i] = float(0.7 * rng.normal());
-  write_model_dir(cs.d.path + "/run", cs.cfg, *cs.model);
+  cs.switch_attention_on();
   const TokenShard val = shard_read(cs.d.path + "/data/val.bin");
   const RetrievalCutTable t = retrieval_cut_table(cs.cfg, cs.d.path + "/run", val);
   const int T = ControlledSynth::T, N = 2, K = 4;
@@ -445,10 +449,7 @@ TEST(ProbeHeads, OracleCutTableMatchesTheDoubleModel) {
 // Without train.init_from it says what it needs.
 TEST(ProbeHeads, OracleRegimeTrainsOnTheWindowsOfTheCutTable) {
   ControlledSynth cs;
-  Params<float>& p = cs.model->params();
-  Rng rng(31);
-  for (int i = 0; i < ControlledSynth::C * 2 * 8; i++) p.wo[i] = float(0.7 * rng.normal());
-  write_model_dir(cs.d.path + "/run", cs.cfg, *cs.model);
+  cs.switch_attention_on();
   std::filesystem::copy_file(cs.d.path + "/data/val.bin", cs.d.path + "/data/train.bin");
   const TokenShard val = shard_read(cs.d.path + "/data/val.bin");
   const RetrievalCutTable t = retrieval_cut_table(cs.cfg, cs.d.path + "/run", val);

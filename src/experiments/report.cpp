@@ -874,25 +874,20 @@ void report_check_eval(const json& e, const std::string& name) {
       if (!lp["start"][i].is_number_integer() || !(lp["loss"][i].is_number() || lp["loss"][i].is_null()))
         fail("[report] ", name, ": 'loss_by_position' entry ", i, " is not (integer start, loss)");
   }
-  if (e.contains("retrieval")) {
-    const json& rt = e["retrieval"];
-    if (!rt.is_object() || !rt.contains("buckets") || !rt["buckets"].is_array() || rt["buckets"].size() > 1000)
-      fail("[report] ", name, ": 'retrieval' has no 'buckets' array");
-    for (const auto& b : rt["buckets"])
-      if (!b.is_object() || !b.contains("lo") || !b["lo"].is_number_integer() || !b.contains("accuracy") ||
-          !(b["accuracy"].is_number() || b["accuracy"].is_null()))
-        fail("[report] ", name, ": a 'retrieval' bucket is not {lo, hi, n, accuracy, loss}");
-  }
-  if (e.contains("far_copy")) {
-    const json& fc = e["far_copy"];
-    if (!fc.is_object() || !fc.contains("buckets") || !fc["buckets"].is_array() || fc["buckets"].size() > 1000)
-      fail("[report] ", name, ": 'far_copy' has no 'buckets' array");
-    for (const auto& b : fc["buckets"])
-      if (!b.is_object() || !b.contains("lo") || !b["lo"].is_number_integer() || !b.contains("loss") ||
-          !(b["loss"].is_number() || b["loss"].is_null()) || !b.contains("control_loss") ||
-          !(b["control_loss"].is_number() || b["control_loss"].is_null()))
-        fail("[report] ", name, ": a 'far_copy' bucket is not {lo, hi, n, loss, matched, control_loss}");
-  }
+  // Distance buckets: {lo (integer), and each of `numbers` a number or null, ...}.
+  auto check_buckets = [&](const char* key, std::initializer_list<const char*> numbers, const char* shape) {
+    if (!e.contains(key)) return;
+    const json& x = e[key];
+    if (!x.is_object() || !x.contains("buckets") || !x["buckets"].is_array() || x["buckets"].size() > 1000)
+      fail("[report] ", name, ": '", key, "' has no 'buckets' array");
+    for (const auto& b : x["buckets"]) {
+      bool ok = b.is_object() && b.contains("lo") && b["lo"].is_number_integer();
+      for (const char* n : numbers) ok = ok && b.contains(n) && (b[n].is_number() || b[n].is_null());
+      if (!ok) fail("[report] ", name, ": a '", key, "' bucket is not ", shape);
+    }
+  };
+  check_buckets("retrieval", {"accuracy"}, "{lo, hi, n, accuracy, loss}");
+  check_buckets("far_copy", {"loss", "control_loss"}, "{lo, hi, n, loss, matched, control_loss}");
   if (!e.contains("window_map") || !e["window_map"].is_array() || e["window_map"].empty())
     fail("[report] ", name, ": 'window_map' is missing, empty or not an array");
   const json& map = e["window_map"];

@@ -1,7 +1,5 @@
 #include "experiments/suite.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -271,19 +269,10 @@ std::string suite_record_difference(const json& old, const json& now) {
 // when the process dies, so a killed suite never blocks its rerun).
 class SuiteLock {
  public:
-  explicit SuiteLock(const std::string& dir) {
-    const std::string path = dir + "/.suite.lock";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("[suite] ", path, ": cannot open: ", std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      if (err == EWOULDBLOCK)
-        fail("[suite] ", dir, ": another aah suite is running on this directory (", path, " is locked): wait for it ",
-             "to finish, or choose another --out");
-      fail("[suite] ", path, ": cannot lock: ", std::strerror(err));
-    }
-  }
+  explicit SuiteLock(const std::string& dir)
+      : fd_(lock_file_exclusive(dir + "/.suite.lock", "[suite]",
+                                str_cat(dir, ": another aah suite is running on this directory (", dir,
+                                        "/.suite.lock is locked): wait for it to finish, or choose another --out"))) {}
   ~SuiteLock() { ::close(fd_); }
   SuiteLock(const SuiteLock&) = delete;
   SuiteLock& operator=(const SuiteLock&) = delete;

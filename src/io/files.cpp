@@ -1,6 +1,7 @@
 #include "io/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -315,6 +316,18 @@ void dir_check_kind(const std::string& path, DirKind want, const char* tag, cons
       fail(tag, " ", flag, " ", path, " holds ", name, ", which aah did not write and would replace: move it, or ",
            "choose another ", flag);
   }
+}
+
+int lock_file_exclusive(const std::string& path, const char* tag, const std::string& busy) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tag, " ", path, ": cannot open: ", std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) fail(tag, " ", busy);
+    fail(tag, " ", path, ": cannot lock: ", std::strerror(err));
+  }
+  return fd;
 }
 
 ByteSource ByteSource::file(const std::string& path, const char* tag) {

@@ -64,6 +64,10 @@ const char* dir_kind_name(DirKind k);  // "a corpus directory (train.bin, val.bi
 void dir_check_kind(const std::string& path, DirKind want, const char* tag, const char* flag, bool force = false,
                     const std::vector<std::string>& writes = {});
 
+// Opens (creating) `path` and takes an exclusive flock on it without waiting; returns the descriptor, which holds the
+// lock until closed (the kernel drops it when the process dies). Held elsewhere: aah::Error "TAG `busy`".
+int lock_file_exclusive(const std::string& path, const char* tag, const std::string& busy);
+
 // The bytes of a file or of a buffer in memory, read by offset. Binary readers (safetensors, token shards) read
 // through one, so the same validating code serves files and in-memory bytes (fuzzing, tests).
 class ByteSource {

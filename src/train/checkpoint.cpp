@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -99,16 +98,8 @@ void checkpoint_test_delay() {
 }
 
 RunLock::RunLock(const std::string& run, bool created) : run_(run), created_(created) {
-  const std::string path = run + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("[train] ", path, ": cannot open: ", std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    if (err == EWOULDBLOCK)
-      fail("[train] ", run, ": another aah train is using this run directory (", path, " is locked)");
-    fail("[train] ", path, ": cannot lock: ", std::strerror(err));
-  }
+  fd_ = lock_file_exclusive(run + "/.lock", "[train]",
+                            str_cat(run, ": another aah train is using this run directory (", run, "/.lock is locked)"));
 }
 
 RunLock::~RunLock() {
