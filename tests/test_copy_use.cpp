@@ -289,3 +289,181 @@ TEST(CopyUse, OutputBudgetRegime) {
   EXPECT_NE(test::error_of([&] { controller_validate(d); }).find("aah.use_statistic' applies to policy copy only"),
             std::string::npos);
 }
+
+// aah.copy_count=once. Each query's own use (per_query) holds the terms of the summed use; the copy head's question
+// (query 200, its DEF 150 back) is one query using about one copy beyond 32, 64 and 128.
+TEST(CopyUse, PerQueryUseHoldsTheTermsOfTheSum) {
+  std::vector<float> q, k;
+  hand_built_heads(q, k);
+  const std::vector<int32_t> x = hand_built_tokens();
+  const int K = int(kWindows.size());
+  std::vector<double> use(3 * K);
+  std::vector<float> per_query(size_t(3) * kT * K, -1.0f);
+  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), K, per_query.data());
+  for (int h = 0; h < 3; h++)
+    for (int c = 0; c < K; c++) {
+      double sum = 0;
+      for (int i = 0; i < kT; i++) sum += per_query[(size_t(h) * kT + i) * K + c];
+      EXPECT_NEAR(sum, use[size_t(h) * K + c], 1e-4) << "head " << h << " window " << kWindows[c];
+    }
+  for (int c = 0; c < 3; c++) EXPECT_GT(per_query[size_t(200) * K + c], 0.9f) << kWindows[c];
+  EXPECT_EQ(per_query[size_t(200) * K + 3], 0.0f);
+  EXPECT_EQ(per_query[size_t(kT - 1) * K + 0], 0.0f);  // the last query predicts nothing
+  EXPECT_EQ(per_query[size_t(20) * K + 0], 0.0f);      // 21 keys: all within 32
+}
+
+// The once loss worked by hand. Windows 8/16/32 (T = 32), three heads.
+//   row A (weight 1):   heads 0 and 1 both copy from beyond 16: b = [0.9, 0.9, 0] each; head 2 nothing.
+//   row B (weight 0.5): head 2 copies from between 8 and 16: b = [0.4, 0, 0]; head 0 a little: [0.1, 0.1, 0].
+TEST(CopyUse, OnceLossWorkedByHand) {
+  CopyRows rows;
+  rows.N = 3, rows.K = 3;
+  rows.use = {0.9f, 0.9f, 0, 0.9f, 0.9f, 0, 0, 0, 0,   // row A
+              0.1f, 0.1f, 0, 0, 0, 0, 0.4f, 0, 0};     // row B
+  rows.weight = {1.0f, 0.5f};
+  // every head at 8: A loses its need 0.9, B its need 0.4 (x 0.5)
+  EXPECT_NEAR(copy_once_loss(rows, {0, 0, 0}), 0.9 + 0.5 * 0.4, 1e-7);
+  // head 0 at 32 keeps A (0.9) and 0.1 of B; B still loses 0.3
+  EXPECT_NEAR(copy_once_loss(rows, {2, 0, 0}), 0.5 * 0.3, 1e-7);
+  // head 1 at 32 instead: the same for A (counted once, either head), B loses 0.4
+  EXPECT_NEAR(copy_once_loss(rows, {0, 2, 0}), 0.5 * 0.4, 1e-7);
+  // both redundant heads long keep no more than one of them: A is counted once
+  EXPECT_NEAR(copy_once_loss(rows, {2, 2, 0}), 0.5 * 0.3, 1e-7);
+  // head 2 at 16 keeps B (0.4 - 0): nothing lost with head 0 long
+  EXPECT_NEAR(copy_once_loss(rows, {2, 0, 1}), 0.0, 1e-7);
+  // the per-head sum would count A twice with both redundant heads short (1.8); once counts it once
+  EXPECT_NEAR(copy_once_loss(rows, {0, 0, 1}), 0.9, 1e-7);
+}
+
+namespace {
+
+// Rows of redundant heads: heads in groups of `group` copy the same queries with use split among them (each head a
+// random share), at random distances (a query's use is beyond the windows below its distance); plus noise rows.
+CopyRows redundant_rows(Rng& rng, int N, int K, int R, int group) {
+  CopyRows rows;
+  rows.N = N, rows.K = K;
+  for (int r = 0; r < R; r++) {
+    std::vector<float> row(size_t(N) * K, 0.0f);
+    const int g = int(rng.below(uint64_t(std::max(1, N / group))));
+    const int reach = 1 + int(rng.below(uint64_t(K - 1)));  // beyond W_0 .. W_{reach-1}
+    const float u = float(0.2 + 0.8 * rng.uniform());
+    for (int h = g * group; h < std::min(N, (g + 1) * group); h++) {
+      const float share = float(0.5 + 0.5 * rng.uniform());
+      for (int c = 0; c < reach; c++) row[size_t(h) * K + c] = u * share * (c + 1 == reach ? 1.0f : 1.0f + 0.1f * float(reach - 1 - c));
+    }
+    if (rng.uniform() < 0.3) row[size_t(rng.below(uint64_t(N))) * K] += 0.05f;
+    rows.use.insert(rows.use.end(), row.begin(), row.end());
+    rows.weight.push_back(float(0.5 + 0.5 * rng.uniform()));
+  }
+  return rows;
+}
+
+}  // namespace
+
+// The once solver against enumeration of every assignment (N <= 6 heads, K = 4 windows, redundant groups of 2-3
+// heads): within the budget always, never worse than its start (the per-head solver's choice), and at the exact
+// optimum in most instances (measured: see the count printed).
+TEST(CopyUse, OnceSolverAgainstBruteForce) {
+  Rng rng(41);
+  const std::vector<int> W = {8, 16, 32, 64};
+  const int K = 4, T = 64;
+  int optimal = 0, better_than_per_head = 0, trials = 200;
+  for (int trial = 0; trial < trials; trial++) {
+    const int N = 2 + int(rng.below(5)), group = 2 + int(rng.below(2));
+    const CopyRows rows = redundant_rows(rng, N, K, 6 + int(rng.below(20)), group);
+    const double budget = 0.3 + 0.5 * rng.uniform();
+    const double limit = budget * N * double(attn_visible_pairs(T, T));
+    // the per-head evidence: each head's use summed over the rows (weighted), as the per-head policy reads it
+    std::vector<double> per_head(size_t(N) * K, 0.0);
+    for (size_t r = 0; r < rows.size(); r++)
+      for (int i = 0; i < N * K; i++) per_head[size_t(i)] += rows.weight[r] * rows.use[r * size_t(N) * K + size_t(i)];
+    const std::vector<int> start = copy_budget_choice(per_head.data(), N, W, budget);
+    double best = INFINITY;
+    std::vector<int> c(size_t(N), 0);
+    for (long code = 0; code < std::lround(std::pow(K, N)); code++) {
+      long r = code;
+      double cost = 0;
+      for (int h = 0; h < N; h++) c[size_t(h)] = int(r % K), r /= K, cost += double(attn_visible_pairs(T, W[c[size_t(h)]]));
+      if (cost <= limit) best = std::min(best, copy_once_loss(rows, c));
+    }
+    const std::vector<int> got = copy_once_choice(rows, W, budget, start);
+    double cost = 0;
+    for (int h = 0; h < N; h++) cost += double(attn_visible_pairs(T, W[got[size_t(h)]]));
+    ASSERT_LE(cost, limit) << "trial " << trial;
+    const double l = copy_once_loss(rows, got), l_start = copy_once_loss(rows, start);
+    ASSERT_LE(l, l_start + 1e-9) << "trial " << trial;
+    ASSERT_GE(l, best - 1e-9) << "trial " << trial;
+    optimal += l <= best + 1e-6 * std::max(1.0, best);
+    better_than_per_head += l < l_start - 1e-6;
+  }
+  std::printf("[ once solver ] exact optimum in %d of %d instances; better than the per-head choice in %d\n", optimal,
+              trials, better_than_per_head);
+  EXPECT_GE(optimal, trials * 9 / 10);
+  EXPECT_GE(better_than_per_head, trials / 10);  // the instances are built to need it
+}
+
+// Through the controller (aah.copy_count=once, regime copy_once_budget_P): the rows join after the last layer of an
+// update, the decision is the once solver's on them from the per-head choice, and save/load restores the rows.
+// Two layers of two heads, windows 8/16/32/64 (T = 64), one sequence: head (0, 0) and head (1, 0) copy the same far
+// query (50, beyond 8-32), head (0, 1) a near one (query 20, beyond 8 only).
+TEST(CopyUse, OnceControllerDecidesOnTheRowsAndRestoresThem) {
+  ControllerConfig cfg;
+  cfg.windows = {8, 16, 32, 64};
+  controller_apply_regime(cfg, "copy_once_budget_500");
+  ASSERT_EQ(cfg.copy_count, CopyCount::once);
+  const int L = 2, H = 2, T = 64, K = 4;
+  Controller c(cfg, L, H);
+  ASSERT_TRUE(c.needs_copy_queries());
+  std::vector<std::vector<float>> pq(L, std::vector<float>(size_t(H) * T * K, 0.0f));
+  for (int k = 0; k < 3; k++) pq[0][(size_t(0) * T + 50) * K + k] = 0.6f, pq[1][(size_t(0) * T + 50) * K + k] = 0.6f;
+  pq[0][(size_t(1) * T + 20) * K + 0] = 0.5f;
+  pq[0][(size_t(1) * T + 30) * K + 0] = -0.2f;  // negative use: clipped to 0 in the rows
+  auto use_of = [&](int l) {  // the per-head use: each head's sum over its queries
+    std::vector<double> u(size_t(H) * K, 0.0);
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++)
+        for (int k = 0; k < K; k++) u[size_t(h) * K + k] += pq[size_t(l)][(size_t(h) * T + i) * K + k];
+    return u;
+  };
+  auto step = [&](Controller& ctl, int s, nlohmann::json* t0) {
+    for (int l = 0; l < L; l++) {
+      ctl.add_copy_queries(l, pq[size_t(l)].data(), 1, T);
+      const std::vector<double> u = use_of(l);
+      ctl.update(l, u.data(), s, l == 0 ? t0 : nullptr);
+    }
+  };
+  step(c, 0, nullptr);
+  ASSERT_EQ(c.copy_rows().size(), 2u);  // queries 50 and 20; the others need nothing
+  EXPECT_EQ(c.copy_rows().weight, (std::vector<float>{1.0f, 1.0f}));
+  const CopyRows rows = c.copy_rows();
+  nlohmann::json t;
+  step(c, 5, &t);
+  const std::vector<int> per_head = copy_budget_choice(t["evidence_used"].get<std::vector<double>>().data(), L * H,
+                                                       cfg.windows, cfg.pair_budget);
+  const std::vector<int> want = copy_once_choice(rows, cfg.windows, cfg.pair_budget, per_head);
+  EXPECT_EQ(t["choice"].get<std::vector<int>>(), want);
+  EXPECT_NEAR(t["once_loss"].get<double>(), copy_once_loss(rows, want), 1e-12);
+  // one of the two redundant heads long enough for query 50, head (0, 1) beyond 8 for query 20: nothing lost
+  EXPECT_NEAR(t["once_loss"].get<double>(), 0.0, 1e-9);
+  EXPECT_TRUE(want[0] == 3 || want[2] == 3) << t["choice"].dump();
+  EXPECT_GE(want[1], 1);
+  ASSERT_EQ(c.copy_rows().size(), 4u);  // the step-0 rows aged one update, this update's joined
+  EXPECT_NEAR(c.copy_rows().weight[0], 0.9f, 1e-7);
+  test::TempDir tmp("copy-once");
+  {
+    SafetensorsWriter w;
+    c.save(w);
+    w.write(tmp.path + "/state.safetensors");
+  }
+  Controller d(cfg, L, H);
+  d.load(SafetensorsReader(tmp.path + "/state.safetensors"));
+  EXPECT_EQ(d.copy_rows().use, c.copy_rows().use);
+  EXPECT_EQ(d.copy_rows().weight, c.copy_rows().weight);
+  nlohmann::json a, b;
+  step(c, 10, &a), step(d, 10, &b);
+  EXPECT_EQ(a.dump(), b.dump());
+  // once needs the copy statistic
+  ControllerConfig wrong = cfg;
+  wrong.use_statistic = UseStatistic::output;
+  EXPECT_NE(test::error_of([&] { controller_validate(wrong); }).find("needs aah.use_statistic=copy"), std::string::npos);
+}

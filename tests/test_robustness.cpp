@@ -178,6 +178,10 @@ TEST(Robustness, ReportNeverReplacesAFileItDidNotWrite) {
   EXPECT_FALSE(report_owns_file("", "# aah suite report\n"));
   EXPECT_TRUE(report_owns_file("regime,source,metric\n1,2,3\n", "regime,source,metric\n4,5,6\n"));
   EXPECT_FALSE(report_owns_file("a,b\n", "regime,source,metric\n"));
+  // a report of an earlier aah, whose CSV had fewer columns, is still this suite's
+  EXPECT_TRUE(report_owns_file("run,regime,seed,loss\n", "run,regime,seed,loss,nonfinite_steps\n"));
+  EXPECT_FALSE(report_owns_file("run,notes\n", "run,regime,seed\n"));
+  EXPECT_FALSE(report_owns_file("run\n", "run,regime,seed\n"));
   EXPECT_TRUE(report_owns_file(R"({"regimes": [], "runs": [], "suite": {}})", "{\n}"));
   EXPECT_FALSE(report_owns_file(R"({"mine": 1})", "{\n}"));
   EXPECT_FALSE(report_owns_file("<!DOCTYPE html><title>mine</title>", "<!DOCTYPE html>\n<title>aah suite report</title>"));
@@ -274,6 +278,37 @@ TEST(Robustness, KnobValuesOutsideTheirMeaningAreErrorsNamingTheKey) {
   config_set(ok, "aah.tau=-1");
   config_set(ok, "train.checkpoint_steps=[1000]");
   config_validate(ok);
+}
+
+// aah train: a knob the chosen policy never reads (given by --set or the --config file's "aah" block) is refused
+// before anything is written; the same knob under its own policy trains.
+TEST(Robustness, TrainRefusesKnobsThePolicyNeverReads) {
+  Fixture& f = fixture();
+  TempDir d("robust_inert");
+  const std::string base = "$AAH train --quiet --data " + f.data + " " + Fixture::small_model() + " --out ";
+  struct Case {
+    std::string sets, key, policy;
+  };
+  for (const Case& c : {Case{"--set aah.regime=full --set aah.tau=0.5", "aah.tau", "off"},
+                        Case{"--set aah.coverage_tail=0.02", "aah.coverage_tail", "off"},  // the default regime: full
+                        Case{"--set aah.regime=coverage --set aah.tau=0.5", "aah.tau", "coverage"},
+                        Case{"--set aah.regime=copy_budget_500 --set aah.fixed_window=8", "aah.fixed_window", "copy"},
+                        Case{"--set aah.regime=fixed_window_8 --set aah.shape=[2]", "aah.shape", "fixed"}}) {
+    const std::string out = d.path + "/r";
+    const Result r = sh(base + out + " " + c.sets);
+    EXPECT_NE(r.rc, 0) << c.sets;
+    EXPECT_TRUE(has(r.out, "'" + c.key + "' applies to policy") && has(r.out, "has policy " + c.policy))
+        << c.sets << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(out)) << c.sets;
+  }
+  d.file("cfg.json", R"({"aah": {"regime": "full_adaptive", "coverage": 0.9}})");
+  Result r = sh(base + d.path + "/r --config " + d.path + "/cfg.json");
+  EXPECT_TRUE(r.rc != 0 && has(r.out, "'aah.coverage'")) << r.out;
+  // under their own policies: accepted
+  r = sh(base + d.path + "/ok1 --set aah.regime=coverage --set aah.coverage=0.9");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = sh(base + d.path + "/ok2 --set aah.regime=full_adaptive --set aah.tau=0.5");
+  EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 TEST(Robustness, RefusedResumeCreatesNothingAndEarlyKillsSayHowToGoOn) {

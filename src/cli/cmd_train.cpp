@@ -95,12 +95,23 @@ void add_train_commands(CLI::App& app, int& rc) {
                     "Under mpirun: all-reduce gradients in buckets during backward (overlap) or after it (blocking)")
       ->check(CLI::IsMember({"overlap", "blocking"}));
   train->callback([&rc] {
+    std::vector<std::string> user_keys;  // the keys given by --config's "aah" block and --set
     to.vocab_from_data = true;  // vocab_size defaults to the data's vocabulary unless --config (or --set) gives it
     if (!config_file.empty()) {
       if (to.resume) fail("[train] --config and --resume together: the run's own config.json is used");
       const nlohmann::json j = read_json_file(config_file);
       config_apply_json(to.config, j, config_file);
       if (j.contains("vocab_size")) to.vocab_from_data = false;
+      if (!to.resume && j.contains("aah") && j["aah"].is_object())
+        for (const auto& [key, value] : j["aah"].items()) user_keys.push_back("aah." + key);
+    }
+    if (!to.resume) {  // a knob the user set that the chosen policy never reads is a mistake, not a setting
+      for (const auto& s : to.sets) user_keys.push_back(s.substr(0, s.find('=')));
+      Config given = to.config;
+      for (const auto& s : to.sets) config_set(given, s);
+      const ControllerConfig cc = controller_config_of(given);
+      for (const auto& key : user_keys)
+        if (const std::string why = controller_knob_inert(cc, key); !why.empty()) fail("[train] ", why);
     }
     rc = train_run(to);
   });

@@ -392,8 +392,9 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
   if (trace) (*trace)["step"] = step, (*trace)["layer"] = l;
   if (l == 0 && copy_measured_ > 0) {  // no evidence yet (the first update): the windows stay as they are
     std::vector<double> read = copy_evidence_;
+    std::vector<int> perm;
     if (cfg_.copy_shuffle) {  // the chance control: head h reads head perm[h]'s evidence (Fisher-Yates from the top)
-      std::vector<int> perm(size_t(L) * H_);
+      perm.resize(size_t(L) * H_);
       for (size_t h = 0; h < perm.size(); h++) perm[h] = int(h);
       Rng rng(controller_stream_seed(cfg_.seed, kSeedStreamCopyShuffle, 0, 0));
       for (size_t i = perm.size() - 1; i > 0; i--) std::swap(perm[i], perm[rng.below(i + 1)]);
@@ -401,7 +402,23 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
         std::copy_n(copy_evidence_.data() + size_t(perm[h]) * K, K, read.data() + h * K);
       if (trace) (*trace)["copy_permutation"] = perm;
     }
-    const std::vector<int> choice = copy_budget_choice(read.data(), L * H_, cfg_.windows, cfg_.pair_budget);
+    std::vector<int> choice = copy_budget_choice(read.data(), L * H_, cfg_.windows, cfg_.pair_budget);
+    if (cfg_.copy_count == CopyCount::once) {  // the per-head choice is where the once-search starts
+      CopyRows rows = copy_rows_;
+      if (cfg_.copy_shuffle) {  // the same permutation: head h reads head perm[h]'s column of every row
+        for (size_t r = 0; r < rows.size(); r++)
+          for (int h = 0; h < L * H_; h++)
+            std::copy_n(copy_rows_.use.data() + (r * size_t(L) * H_ + size_t(perm[size_t(h)])) * K, K,
+                        rows.use.data() + (r * size_t(L) * H_ + size_t(h)) * K);
+      }
+      const std::vector<int> per_head = choice;
+      choice = copy_once_choice(rows, cfg_.windows, cfg_.pair_budget, per_head);
+      if (trace) {
+        (*trace)["once_rows"] = rows.size();
+        (*trace)["once_loss_per_head_choice"] = copy_once_loss(rows, per_head);
+        (*trace)["once_loss"] = copy_once_loss(rows, choice);
+      }
+    }
     for (int m = 0; m < L; m++) {
       std::vector<int> w(H_);
       for (int h = 0; h < H_; h++) w[h] = cfg_.windows[choice[size_t(m) * H_ + h]];
@@ -411,7 +428,10 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
   }
   double* ev = copy_evidence_.data() + size_t(l) * H_ * K;
   copy_evidence_update(ev, use, H_ * K, cfg_.copy_decay);
-  if (l == L - 1) copy_measured_++;
+  if (l == L - 1) {
+    copy_measured_++;
+    if (cfg_.copy_count == CopyCount::once) copy_rows_join();
+  }
   if (trace) {
     (*trace)["use"] = std::vector<double>(use, use + size_t(H_) * K);
     (*trace)["evidence"] = std::vector<double>(ev, ev + size_t(H_) * K);
@@ -419,6 +439,62 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
     (*trace)["windows"] = layers_[l].windows();
   }
   return layers_[l].windows();
+}
+
+// aah.copy_count=once: the rows held as evidence. Each update, the kCopyOnceRowsPerUpdate queries with the most
+// use beyond the smallest window (need, copy_use.h) join with weight 1; every row's weight is copy_decay^age, and a
+// row leaves once its weight is under kCopyOnceWeightFloor (0.9: 44 updates). A decayed sum, where the per-head
+// evidence is a peak-hold: new use counts in full at once, and old use fades.
+constexpr int kCopyOnceRowsPerUpdate = 256;
+constexpr double kCopyOnceWeightFloor = 0.01;
+
+void Controller::add_copy_queries(int l, const float* per_query, int S, int T) {
+  const int L = num_layers(), K = int(cfg_.windows.size());
+  const size_t cols = size_t(L) * H_ * K;
+  if (copy_query_count_ != S * T || copy_queries_.size() != size_t(S) * T * cols) {
+    copy_query_count_ = S * T;
+    copy_queries_.assign(size_t(S) * T * cols, 0.0f);
+  }
+  for (int s = 0; s < S; s++)
+    for (int h = 0; h < H_; h++)
+      for (int i = 0; i < T; i++)
+        std::copy_n(per_query + ((size_t(s) * H_ + h) * T + i) * K, K,
+                    copy_queries_.data() + (size_t(s) * T + i) * cols + (size_t(l) * H_ + h) * K);
+}
+
+void Controller::copy_rows_join() {
+  const int N = num_layers() * H_, K = int(cfg_.windows.size());
+  const size_t cols = size_t(N) * K;
+  copy_rows_.N = N, copy_rows_.K = K;
+  // Age the rows held; drop those whose weight fell under the floor.
+  CopyRows kept;
+  kept.N = N, kept.K = K;
+  std::vector<int32_t> ages;
+  for (size_t r = 0; r < copy_rows_.size(); r++) {
+    const int32_t age = copy_row_age_[r] + 1;
+    if (std::pow(cfg_.copy_decay, age) < kCopyOnceWeightFloor) continue;
+    kept.use.insert(kept.use.end(), copy_rows_.use.begin() + long(r * cols), copy_rows_.use.begin() + long((r + 1) * cols));
+    ages.push_back(age);
+  }
+  // This update's queries with the most need, need > 0, ties to the lower index.
+  std::vector<std::pair<float, int>> need;
+  for (int q = 0; q < copy_query_count_; q++) {
+    float m = 0;
+    for (int h = 0; h < N; h++) m = std::max(m, copy_queries_[size_t(q) * cols + size_t(h) * K]);
+    if (m > 0) need.push_back({m, q});
+  }
+  const size_t take = std::min(need.size(), size_t(kCopyOnceRowsPerUpdate));
+  std::partial_sort(need.begin(), need.begin() + long(take), need.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  for (size_t n = 0; n < take; n++) {
+    const float* row = copy_queries_.data() + size_t(need[n].second) * cols;
+    for (size_t c = 0; c < cols; c++) kept.use.push_back(std::max(0.0f, row[c]));
+    ages.push_back(0);
+  }
+  kept.weight.resize(ages.size());
+  for (size_t r = 0; r < ages.size(); r++) kept.weight[r] = float(std::pow(cfg_.copy_decay, ages[r]));
+  copy_rows_ = std::move(kept), copy_row_age_ = std::move(ages);
+  std::fill(copy_queries_.begin(), copy_queries_.end(), 0.0f);
 }
 
 void Controller::copy_windows(int* out) const {

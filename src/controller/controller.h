@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "controller/controller_config.h"
+#include "controller/copy_use.h"
 #include "controller/features.h"
 #include "controller/hierarchy.h"
 #include "controller/scorer.h"
@@ -174,6 +175,12 @@ class Controller {
   // True when updates read the copy use (H, K) of copy_use.h (policy copy): the forward must compute it from the
   // layer's q, k and the batch's tokens on update steps.
   bool needs_copy_use() const { return cfg_.policy == WindowPolicy::copy; }
+  // True when policy copy also reads each query's use (aah.copy_count=once): before update(l) on an update step,
+  // add_copy_queries(l, per_query (S, H, T, K) of copy_use.h, S, T).
+  bool needs_copy_queries() const { return needs_copy_use() && cfg_.copy_count == CopyCount::once; }
+  void add_copy_queries(int l, const float* per_query, int S, int T);
+  // aah.copy_count=once: the query rows held as evidence (row weights copy_decay^age) and their ages in updates.
+  const CopyRows& copy_rows() const { return copy_rows_; }
 
   // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` as for
   // LayerController::update.
@@ -205,12 +212,18 @@ class Controller {
   // Policy copy: at layer 0 of an update, every layer's windows from the evidence so far (one budget for the
   // model); then layer l's use (H, K) joins its evidence.
   const std::vector<int>& update_copy(int l, const double* use, int step, nlohmann::json* trace);
+  // aah.copy_count=once, after the last layer's use of an update: the rows age, this update's queries join.
+  void copy_rows_join();
 
   ControllerConfig cfg_;
   int H_;
   std::vector<LayerController> layers_;
   mutable std::vector<double> copy_evidence_;  // (L, H, K) policy copy: evidence of use beyond each candidate window
   int copy_measured_ = 0;              // policy copy: updates whose use has joined the evidence
+  CopyRows copy_rows_;                 // aah.copy_count=once: the evidence rows (copy_use.h), weights decay^age
+  std::vector<int32_t> copy_row_age_;  // (rows) updates since each row joined
+  std::vector<float> copy_queries_;    // (S T, L H K) this update's per-query use, filled layer by layer
+  int copy_query_count_ = 0;           // S T of copy_queries_
   mutable std::vector<int32_t> save_dims_, save_windows_;
   mutable int32_t save_copy_measured_ = 0;
 };

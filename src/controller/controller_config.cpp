@@ -10,6 +10,7 @@
 namespace aah {
 
 const EnumNames<UseStatistic> kUseStatisticNames = {{"copy", "output"}};
+const EnumNames<CopyCount> kCopyCountNames = {{"per_head", "once"}};
 const EnumNames<TopologyMode> kTopologyModeNames = {{"recompute", "freeze", "reuse_level0", "fixed_random"}};
 const EnumNames<WindowPolicy> kWindowPolicyNames = {{"controller", "off", "fixed", "deterministic", "random", "coverage", "copy", "oracle"}};
 
@@ -54,6 +55,10 @@ std::vector<ConfigField> controller_knobs(ControllerConfig& c) {
       {"aah.use_statistic", enum_ref(&c.use_statistic, kUseStatisticNames), {},
        "policy copy: the evidence per head and window, copy (chance-corrected copy mass beyond it) or output (the "
        "relative change of the head's output when cut to it, ||o(W) - o(full)||^2 / ||o(full)||^2)"},
+      {"aah.copy_count", enum_ref(&c.copy_count, kCopyCountNames), {},
+       "policy copy with use_statistic copy: per_head (the loss is the sum over heads of the use each loses: exact "
+       "solver) or once (a query's copy counts once, kept when any head's window keeps it: redundant heads need "
+       "only one long window; greedy and exchange search from the per_head solution, never worse than it)"},
       {"aah.copy_decay", &c.copy_decay, in_half_open(0, 1),
        "policy copy: evidence of use = max(use now, this x evidence before) at each update (0.9: half-life 6.6 "
        "updates)"},
@@ -102,6 +107,9 @@ const std::vector<Regime> kMainRegimes = {
      "copy use (not the paper's): per head the chance-corrected copy mass beyond each window, measured at full "
      "window on every sequence of the batch, held as evidence; one pair budget P / 1000 for the whole model, the "
      "windows that lose the least evidence (exact)"},
+    {"copy_once_budget_P", {{"policy", "copy"}, {"copy_count", "once"}, {"pair_budget", "P/1000"}},
+     "copy_budget_P with each query's copy counted once, kept if any head keeps it (aah.copy_count=once): one long "
+     "head can serve heads that copy the same thing"},
     {"output_budget_P", {{"policy", "copy"}, {"use_statistic", "output"}, {"pair_budget", "P/1000"}},
      "copy_budget_P with the output change as the evidence (DuoAttention's criterion, measured directly): per head "
      "and window the relative change of the head's output when cut to it, at full window on every sequence"},
@@ -327,6 +335,12 @@ void controller_validate(const ControllerConfig& cfg) {
   if (c.use_statistic != UseStatistic::copy && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.use_statistic' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));
+  if (c.copy_count != CopyCount::per_head && c.policy != WindowPolicy::copy)
+    fail("[controller] key 'aah.copy_count' applies to policy copy only, regime '", c.regime, "' has policy ",
+         window_policy_name(c.policy));
+  if (c.copy_count == CopyCount::once && c.use_statistic != UseStatistic::copy)
+    fail("[controller] key 'aah.copy_count=once' needs aah.use_statistic=copy (per-query copy use); regime '", c.regime,
+         "' measures ", enum_name(kUseStatisticNames, c.use_statistic));
   if (c.copy_decay != ControllerConfig{}.copy_decay && c.policy != WindowPolicy::copy)
     fail("[controller] key 'aah.copy_decay' applies to policy copy only, regime '", c.regime, "' has policy ",
          window_policy_name(c.policy));
@@ -335,6 +349,32 @@ void controller_validate(const ControllerConfig& cfg) {
          window_policy_name(c.policy));
   if (!(c.eps > 0 && std::isfinite(c.eps))) fail("[controller] eps must be > 0, got ", c.eps);
   if (c.warmup_steps < 0) fail("[controller] warmup_steps (train.warmup_steps) must be >= 0");
+}
+
+std::string controller_knob_inert(const ControllerConfig& cfg, const std::string& key) {
+  // Knobs of one policy's machinery (the others check themselves in controller_validate); at its default a knob is
+  // no setting (a config.json written by aah lists every knob).
+  static const struct {
+    std::vector<std::string> keys;
+    WindowPolicy policy;
+  } kScopes[] = {
+      {{"aah.feature_ema", "aah.resolution_ema", "aah.tau", "aah.lambda", "aah.shape", "aah.grouping",
+        "aah.joint_scorer", "aah.parent_clamp", "aah.topology"},
+       WindowPolicy::controller},
+      {{"aah.fixed_window"}, WindowPolicy::fixed},
+      {{"aah.coverage", "aah.coverage_sample", "aah.coverage_tail"}, WindowPolicy::coverage},
+  };
+  ControllerConfig c = cfg, defaults;
+  const std::vector<ConfigField> now = controller_knobs(c), dflt = controller_knobs(defaults);
+  bool at_default = false;
+  for (size_t i = 0; i < now.size(); i++)
+    if (now[i].key == key) at_default = field_json(now[i]) == field_json(dflt[i]);
+  if (at_default) return "";
+  for (const auto& scope : kScopes)
+    if (cfg.policy != scope.policy && std::find(scope.keys.begin(), scope.keys.end(), key) != scope.keys.end())
+      return str_cat("key '", key, "' applies to policy ", window_policy_name(scope.policy), " only; regime '",
+                     cfg.regime, "' has policy ", window_policy_name(cfg.policy), ", where it would do nothing");
+  return "";
 }
 
 nlohmann::json controller_config_to_json(const ControllerConfig& cfg) {

@@ -34,8 +34,12 @@ enum class WindowPolicy {
 // Policy copy's statistic of use (copy_use.h): chance-corrected copy mass beyond each window, or the relative change
 // of the head's output when cut to it.
 enum class UseStatistic { copy, output };
+// Policy copy: how the use of several heads adds up. per_head: the sum over heads of each head's use lost (separable,
+// solved exactly); once: a query's copy counts once, kept if any head keeps it (copy_use.h, copy_once_choice).
+enum class CopyCount { per_head, once };
 
 extern const EnumNames<UseStatistic> kUseStatisticNames;  // copy, output
+extern const EnumNames<CopyCount> kCopyCountNames;         // per_head, once
 extern const EnumNames<TopologyMode> kTopologyModeNames;  // recompute, freeze, reuse_level0, fixed_random
 extern const EnumNames<WindowPolicy> kWindowPolicyNames;  // controller, off, fixed, deterministic, random, coverage, copy, oracle
 inline const char* topology_mode_name(TopologyMode m) { return enum_name(kTopologyModeNames, m); }
@@ -70,6 +74,7 @@ struct ControllerConfig {
   double coverage_tail = 1;           // policy coverage: a window's mass is the mean over this share of the queries,
                                       // those with the least mass in it (1: every query, the plain mean)
   UseStatistic use_statistic = UseStatistic::copy;  // policy copy: what its evidence measures
+  CopyCount copy_count = CopyCount::per_head;  // policy copy: how the heads' use adds up (per_head: sum; once)
   double copy_decay = 0.9;            // policy copy: evidence = max(use now, copy_decay x evidence before) per update
   bool copy_shuffle = false;          // policy copy, control: the solver reads head p(h)'s evidence for head h, p a
                                       // permutation of the model's heads drawn once from the run seed
@@ -102,6 +107,9 @@ std::string controller_regimes_markdown();
 bool controller_knob_set_by_regimes(const std::string& key);
 // Checks ranges (the knob table's) and relations; errors name the knob ("[controller] key 'aah.tau' ...").
 void controller_validate(const ControllerConfig& cfg);
+// "" when the knob `key` acts under cfg's policy, is not tied to one policy, or has its default value; else why it would do nothing
+// there (aah train refuses such a --set; a suite's --set spans regimes and may hold knobs of some of them).
+std::string controller_knob_inert(const ControllerConfig& cfg, const std::string& key);
 // Every knob as JSON, plus regime, eps, warmup_steps and seed.
 nlohmann::json controller_config_to_json(const ControllerConfig& cfg);
 

@@ -199,6 +199,12 @@ void Controller::save(SafetensorsWriter& w, const std::string& prefix) const {
     w.add_raw(prefix + "controller.copy_evidence", "F64", copy_evidence_.data(), copy_evidence_.size() * 8,
               {int64_t(layers_.size()), H_, int64_t(cfg_.windows.size())});
     w.add_raw(prefix + "controller.copy_measured", "I32", &save_copy_measured_, 4, {1});
+    if (!copy_rows_.weight.empty()) {  // aah.copy_count=once: the rows held (the weights follow from the ages)
+      w.add_raw(prefix + "controller.copy_rows", "F32", copy_rows_.use.data(), copy_rows_.use.size() * 4,
+                {int64_t(copy_rows_.size()), int64_t(copy_rows_.N), int64_t(copy_rows_.K)});
+      w.add_raw(prefix + "controller.copy_row_age", "I32", copy_row_age_.data(), copy_row_age_.size() * 4,
+                {int64_t(copy_row_age_.size())});
+    }
   }
 }
 
@@ -226,8 +232,31 @@ void Controller::load(const SafetensorsReader& r, const std::string& prefix) {
     for (double e : evidence)
       if (!std::isfinite(e)) fail("[controller] ", r.path(), ": tensor '", prefix, "controller.copy_evidence' is not finite");
   }
+  CopyRows rows;
+  std::vector<int32_t> ages;
+  if (needs_copy_queries() && r.has(prefix + "controller.copy_rows")) {
+    const std::string name = prefix + "controller.copy_rows";
+    const int64_t N = int64_t(layers_.size()) * H_, K = int64_t(cfg_.windows.size());
+    const SafetensorsTensor& t = r.tensor(name);
+    if (t.shape.size() != 3 || t.shape[1] != N || t.shape[2] != K || t.shape[0] < 0 || t.shape[0] > (1 << 24))
+      fail("[controller] ", r.path(), ": tensor '", name, "' must have shape (rows, ", N, ", ", K, ")");
+    rows.N = int(N), rows.K = int(K);
+    rows.use.resize(size_t(t.shape[0] * N * K));
+    r.read_raw(name, "F32", rows.use.data(), {t.shape[0], N, K});
+    ages = read_i32_vector(r, prefix + "controller.copy_row_age");
+    if (int64_t(ages.size()) != t.shape[0])
+      fail("[controller] ", r.path(), ": tensor '", prefix, "controller.copy_row_age' has ", ages.size(),
+           " entries for ", t.shape[0], " rows");
+    for (const float u : rows.use)
+      if (!std::isfinite(u) || u < 0) fail("[controller] ", r.path(), ": tensor '", name, "' holds ", u, " (use >= 0)");
+    for (const int32_t a : ages) {
+      if (a < 0) fail("[controller] ", r.path(), ": tensor '", prefix, "controller.copy_row_age' is negative");
+      rows.weight.push_back(float(std::pow(cfg_.copy_decay, a)));
+    }
+  }
   layers_ = std::move(loaded);
   copy_evidence_ = std::move(evidence), copy_measured_ = measured;
+  copy_rows_ = std::move(rows), copy_row_age_ = std::move(ages);
 }
 
 }  // namespace aah

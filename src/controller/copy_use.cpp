@@ -18,10 +18,11 @@ namespace {
 constexpr int kQueryBlock = 64;  // query rows per score block, as in coverage.cpp
 
 // use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch.
-void head_copy_use(double* use, const float* q, const float* k, const int32_t* x, int T, int D, const int* windows,
-                   int K, float* scores) {
+void head_copy_use(double* use, float* per_query, const float* q, const float* k, const int32_t* x, int T, int D,
+                   const int* windows, int K, float* scores) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::fill(use, use + K, 0.0);
+  if (per_query) std::fill(per_query, per_query + size_t(T) * K, 0.0f);
   for (int i0 = 0; i0 < T - 1; i0 += kQueryBlock) {
     const int i1 = std::min(T - 1, i0 + kQueryBlock);
     cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
@@ -43,7 +44,9 @@ void head_copy_use(double* use, const float* q, const float* k, const int32_t* x
           all += e[j];
           if (in_copy_set) copy += e[j], count += 1;
         }
-        use[c] += (copy - all * count / double(beyond)) / total;
+        const double u = (copy - all * count / double(beyond)) / total;
+        use[c] += u;
+        if (per_query) per_query[size_t(i) * K + c] = float(u);
       }
     }
   }
@@ -113,7 +116,7 @@ void output_change(double* change, const float* q, const float* k, const float* 
 }
 
 void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
-              const int* windows, int K) {
+              const int* windows, int K, float* per_query) {
   AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1);
   const int group = H / Hkv, tasks = S * H;
   const size_t per_head = size_t(T) * D;
@@ -123,7 +126,8 @@ void copy_use(double* use, const float* q, const float* k, const int32_t* tokens
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
-      head_copy_use(use + size_t(t) * K, q + (size_t(s) * H + h) * per_head,
+      head_copy_use(use + size_t(t) * K, per_query ? per_query + size_t(t) * T * K : nullptr,
+                    q + (size_t(s) * H + h) * per_head,
                     k + (size_t(s) * Hkv + h / group) * per_head, tokens + size_t(s) * T, T, D, windows, K,
                     scores.data());
     }
@@ -179,6 +183,155 @@ std::vector<int> copy_budget_choice(const double* loss, int N, const std::vector
     best = b.prev;
   }
   return choice;
+}
+
+namespace {
+
+// The rows as the once-solver reads them: kept(r, h, k) = max(0, b(r, h, 0) - b(r, h, k)), k < K - 1, and b(r, h, 0)
+// at K - 1 (every key in the window); need(r) = max_h b(r, h, 0).
+struct OnceTable {
+  int R, N, K;
+  std::vector<double> kept, need, weight;
+  explicit OnceTable(const CopyRows& rows) : R(int(rows.size())), N(rows.N), K(rows.K) {
+    AAH_CHECK(rows.use.size() == rows.size() * size_t(N) * K, "[copy] once rows: ", rows.use.size(), " values for ",
+              rows.size(), " rows of ", N, " x ", K);
+    kept.resize(rows.use.size()), need.assign(size_t(R), 0.0), weight.assign(rows.weight.begin(), rows.weight.end());
+    for (int r = 0; r < R; r++)
+      for (int h = 0; h < N; h++) {
+        const float* b = rows.use.data() + (size_t(r) * N + h) * K;
+        double* kp = kept.data() + (size_t(r) * N + h) * K;
+        const double b0 = std::max(0.0f, b[0]);
+        for (int k = 0; k < K; k++) kp[k] = k == K - 1 ? b0 : std::max(0.0, b0 - std::max(0.0f, b[k]));
+        need[size_t(r)] = std::max(need[size_t(r)], b0);
+      }
+  }
+  double at(int r, int h, int k) const { return kept[(size_t(r) * N + h) * K + k]; }
+};
+
+// Per row, the three largest kept(r, h, c_h) over the heads (value, head), for the loss change of moving one or two
+// heads without a pass over every head.
+struct Top3 {
+  double v[3];
+  int h[3];
+};
+
+std::vector<Top3> top3_of(const OnceTable& t, const std::vector<int>& c) {
+  std::vector<Top3> top(size_t(t.R));
+  for (int r = 0; r < t.R; r++) {
+    Top3 x{{-1, -1, -1}, {-1, -1, -1}};
+    for (int h = 0; h < t.N; h++) {
+      const double v = t.at(r, h, c[size_t(h)]);
+      for (int s = 0; s < 3; s++)
+        if (v > x.v[s]) {
+          for (int u = 2; u > s; u--) x.v[u] = x.v[u - 1], x.h[u] = x.h[u - 1];
+          x.v[s] = v, x.h[s] = h;
+          break;
+        }
+    }
+    top[size_t(r)] = x;
+  }
+  return top;
+}
+
+// The loss change when head a takes window ka and head b (b = -1: none) window kb.
+double once_delta(const OnceTable& t, const std::vector<Top3>& top, int a, int ka, int b, int kb) {
+  double d = 0;
+  for (int r = 0; r < t.R; r++) {
+    const Top3& x = top[size_t(r)];
+    double rest = 0;  // the best kept among the heads that do not move
+    for (int s = 0; s < 3; s++)
+      if (x.h[s] >= 0 && x.h[s] != a && x.h[s] != b) {
+        rest = x.v[s];
+        break;
+      }
+    double now = std::max(rest, t.at(r, a, ka));
+    if (b >= 0) now = std::max(now, t.at(r, b, kb));
+    d -= t.weight[size_t(r)] * (now - std::max(0.0, x.v[0]));
+  }
+  return d;  // < 0: less lost
+}
+
+}  // namespace
+
+double copy_once_loss(const CopyRows& rows, const std::vector<int>& choice) {
+  const OnceTable t(rows);
+  AAH_CHECK(int(choice.size()) == t.N, "[copy] once loss: ", choice.size(), " choices for ", t.N, " heads");
+  double loss = 0;
+  for (int r = 0; r < t.R; r++) {
+    double kept = 0;
+    for (int h = 0; h < t.N; h++) kept = std::max(kept, t.at(r, h, choice[size_t(h)]));
+    loss += t.weight[size_t(r)] * (t.need[size_t(r)] - kept);
+  }
+  return loss;
+}
+
+std::vector<int> copy_once_choice(const CopyRows& rows, const std::vector<int>& windows, double budget,
+                                  const std::vector<int>& start) {
+  const OnceTable t(rows);
+  const int N = t.N, K = t.K, T = windows.back();
+  AAH_CHECK(K == int(windows.size()) && int(start.size()) == N, "[copy] once solver: ", N, " heads, ", K,
+            " windows, a start of ", start.size());
+  std::vector<double> pairs(static_cast<size_t>(K));
+  for (int k = 0; k < K; k++) pairs[size_t(k)] = double(attn_visible_pairs(T, windows[size_t(k)]));
+  const double limit = budget * double(N) * pairs.back();
+  auto spent = [&](const std::vector<int>& c) {
+    double s = 0;
+    for (int h = 0; h < N; h++) s += pairs[size_t(c[size_t(h)])];
+    return s;
+  };
+  // Scale for "no change": losses below it are equal (float evidence summed in double).
+  double total_need = 0;
+  for (int r = 0; r < t.R; r++) total_need += t.weight[size_t(r)] * t.need[size_t(r)];
+  const double eps = 1e-12 * std::max(1.0, total_need);
+
+  // Greedy fill from every head at W_0: the move of most loss saved per extra pair that fits, while one saves any.
+  std::vector<int> greedy(size_t(N), 0);
+  for (;;) {
+    const std::vector<Top3> top = top3_of(t, greedy);
+    const double room = limit - spent(greedy);
+    double best_ratio = 0;
+    int best_h = -1, best_k = -1;
+    for (int h = 0; h < N; h++)
+      for (int k = greedy[size_t(h)] + 1; k < K; k++) {
+        const double extra = pairs[size_t(k)] - pairs[size_t(greedy[size_t(h)])];
+        if (extra > room) break;
+        const double saved = -once_delta(t, top, h, k, -1, 0);
+        if (saved > eps && saved / extra > best_ratio) best_ratio = saved / extra, best_h = h, best_k = k;
+      }
+    if (best_h < 0) break;
+    greedy[size_t(best_h)] = best_k;
+  }
+  const double start_loss = copy_once_loss(rows, start), greedy_loss = copy_once_loss(rows, greedy);
+  std::vector<int> c = greedy_loss < start_loss - eps ? greedy : start;
+
+  // Exchange moves: one head to another window, or one head down and another up, within the budget; the move that
+  // lowers the loss most (or, at equal loss, saves the most pairs) while any does.
+  for (int iter = 0; iter < 4 * N * K; iter++) {
+    const std::vector<Top3> top = top3_of(t, c);
+    const double used = spent(c);
+    double best_d = 0, best_p = 0;
+    int ba = -1, bka = 0, bb = -1, bkb = 0;
+    auto consider = [&](int a, int ka, int b, int kb) {
+      double p = pairs[size_t(ka)] - pairs[size_t(c[size_t(a)])];
+      if (b >= 0) p += pairs[size_t(kb)] - pairs[size_t(c[size_t(b)])];
+      if (used + p > limit) return;
+      const double d = once_delta(t, top, a, ka, b, kb);
+      const bool better = d < best_d - eps || (std::fabs(d - best_d) <= eps && p < best_p);
+      if (better && (d < -eps || (d <= eps && p < 0))) best_d = d, best_p = p, ba = a, bka = ka, bb = b, bkb = kb;
+    };
+    for (int a = 0; a < N; a++)
+      for (int ka = 0; ka < K; ka++) {
+        if (ka == c[size_t(a)]) continue;
+        consider(a, ka, -1, 0);
+        if (ka > c[size_t(a)]) continue;  // pairs: a goes down, b goes up
+        for (int b = 0; b < N; b++)
+          for (int kb = c[size_t(b)] + 1; b != a && kb < K; kb++) consider(a, ka, b, kb);
+      }
+    if (ba < 0) break;
+    c[size_t(ba)] = bka;
+    if (bb >= 0) c[size_t(bb)] = bkb;
+  }
+  return c;
 }
 
 }  // namespace aah

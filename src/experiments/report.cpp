@@ -850,7 +850,13 @@ bool report_owns_file(const std::string& existing, const std::string& now) {
     const json j = json::parse(existing, nullptr, false);
     return j.is_object() && j.contains("suite") && j.contains("runs") && j.contains("regimes");
   }
-  return first_line(existing) == first_line(now);  // a CSV: the same header
+  // A CSV: the header's first two columns (a later aah may add columns to the same file)
+  auto lead = [&](const std::string& t) {
+    const std::string h = first_line(t);
+    const size_t comma = h.find(',');
+    return comma == std::string::npos ? h : h.substr(0, h.find(',', comma + 1));
+  };
+  return lead(existing) == lead(now);
 }
 
 void report_check_eval(const json& e, const std::string& name) {

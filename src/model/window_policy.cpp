@@ -71,7 +71,7 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
       raw = mass_.data();
     }
     if (controller_.needs_copy_use()) {
-      measure_copy_use(q, k, v, B, T);
+      measure_copy_use(l, q, k, v, B, T);
       raw = use_.data();
     }
     nlohmann::json tr;
@@ -121,7 +121,7 @@ void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int
 
 // Policy copy (copy_use.h): the copy use beyond each candidate window, at full window, on every sequence of the
 // batch, into use_ (H, K) as the mean over the sequences (summed in sequence order). Its time counts as the mass's.
-void WindowPolicyRunner::measure_copy_use(const float* q, const float* k, const float* v, int B, int T) {
+void WindowPolicyRunner::measure_copy_use(int l, const float* q, const float* k, const float* v, int B, int T) {
   const double t0 = now_seconds();
   if (comm_ && comm_->size() > 1) fail("[copy] policy copy does not run data-parallel yet (one process only)");
   const std::vector<int>& w = controller_.config().windows;
@@ -131,7 +131,11 @@ void WindowPolicyRunner::measure_copy_use(const float* q, const float* k, const 
     output_change(mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
   } else {
     AAH_CHECK(model_.forward_tokens != nullptr, "[copy] the forward's tokens are not available");
-    copy_use(mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K);
+    const bool queries = controller_.needs_copy_queries();  // aah.copy_count=once: each query's use too
+    if (queries) per_query_.resize(size_t(B) * H_ * T * K);
+    copy_use(mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K,
+             queries ? per_query_.data() : nullptr);
+    if (queries) controller_.add_copy_queries(l, per_query_.data(), B, T);
   }
   use_.resize(size_t(H_) * K);
   coverage_mass_mean(use_.data(), mass_seq_.data(), B, H_, K);

@@ -63,7 +63,7 @@ class WindowPolicyRunner {
 
  private:
   void measure_mass(const float* q, const float* k, int B, int T);
-  void measure_copy_use(const float* q, const float* k, const float* v, int B, int T);
+  void measure_copy_use(int l, const float* q, const float* k, const float* v, int B, int T);
 
   Model<float>& model_;
   Controller controller_;
@@ -72,6 +72,7 @@ class WindowPolicyRunner {
   std::vector<double> features_;  // (H, 9) scratch
   std::vector<double> mass_;      // (H, K) policy coverage: mass within each candidate window, sample mean
   std::vector<double> mass_seq_;  // (sampled sequences, H, K) scratch; policy copy: (B, H, K) use per sequence
+  std::vector<float> per_query_;  // aah.copy_count=once: (B, H, T, K) each query's copy use (copy_use.h)
   std::vector<double> use_;       // (H, K) policy copy: copy use beyond each candidate window, mean over the batch
   Comm* comm_ = nullptr;
   std::vector<double> moments_, parts_;  // (H + 2 Hkv, 4) and (ranks, ...) scratch when comm_ has several ranks
