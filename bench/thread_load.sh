@@ -8,10 +8,12 @@
 #   busy       one spinner beside aah all the time:  auto  vs  OMP_NUM_THREADS=2
 # Prints each run's wall seconds, the thread-count lines aah wrote, and per-round ratios to auto. The model is the
 # smoke preset's (tiny: where an oversized team costs most). Needs 2 cores or more; nothing else running.
-# Usage: bash bench/thread_load.sh [AAH_BINARY] [ROUNDS]   (~15 minutes on 2 cores with 2 rounds)
+# Usage: bash bench/thread_load.sh [AAH_BINARY] [ROUNDS] [STATES]   (~15 minutes on 2 cores: 2 rounds of
+#        "idle transient busy")
 set -euo pipefail
 AAH=${1:-build/release/aah}
 ROUNDS=${2:-2}
+STATES=${3:-idle transient busy}
 [ -x "$AAH" ] || { echo "thread_load.sh: $AAH: no such executable (build first)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/aah_thread_load.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -42,28 +44,28 @@ run() {  # run NAME THREADS(auto|1|2) STEPS LOAD(none|transient|busy)
   [ -n "$spinner" ] && { pkill -P "$spinner" 2>/dev/null || true; kill "$spinner" 2>/dev/null || true; wait "$spinner" 2>/dev/null || true; }
   local msg
   msg=$(grep -o '[0-9] of [0-9] cores free[^:]*: [0-9] OpenMP thread' "$WORK/err" | tr '\n' ';' || true)
-  printf '%-10s %-5s round %d: %7.2f s  %s\n' "$load" "$threads" "$r" "$(echo "$t1 - $t0" | bc)" "${msg:-(no change)}"
+  printf '%-10s %-5s round %d: %7.2f s  %s\n' "$state" "$threads" "$r" "$(echo "$t1 - $t0" | bc)" "${msg:-(no change)}"
   echo "$t1 - $t0" | bc >"$WORK/last"
 }
 
 echo "aah thread_load: $("$AAH" info 2>/dev/null | grep -m1 -i cpu || lscpu | grep -m1 'Model name'), $(nproc) CPUs, $ROUNDS rounds"
 declare -A T
-for load in idle transient busy; do
-  case $load in
+for state in $STATES; do
+  case $state in
     idle) steps=20000; variants="auto 2"; mode=none ;;
     transient) steps=20000; variants="auto 1 2"; mode=transient ;;
     busy) steps=4000; variants="auto 2"; mode=busy ;;
   esac
   for r in $(seq 1 "$ROUNDS"); do
     for v in $variants; do
-      run "$load" "$v" "$steps" "$mode"
-      T[$load,$v,$r]=$(cat "$WORK/last")
+      run "$state" "$v" "$steps" "$mode"
+      T[$state,$v,$r]=$(cat "$WORK/last")
     done
   done
   for v in $variants; do
     [ "$v" = auto ] && continue
     ratios=""
-    for r in $(seq 1 "$ROUNDS"); do ratios="$ratios $(echo "scale=3; ${T[$load,$v,$r]} / ${T[$load,auto,$r]}" | bc)"; done
-    echo "  $load: time with OMP_NUM_THREADS=$v / time auto, per round:$ratios"
+    for r in $(seq 1 "$ROUNDS"); do ratios="$ratios $(echo "scale=3; ${T[$state,$v,$r]} / ${T[$state,auto,$r]}" | bc)"; done
+    echo "  $state: time with OMP_NUM_THREADS=$v / time auto, per round:$ratios"
   done
 done

@@ -412,7 +412,14 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
                         rows.use.data() + (r * size_t(L) * H_ + size_t(h)) * K);
       }
       const std::vector<int> per_head = choice;
-      choice = copy_once_choice(rows, cfg_.windows, cfg_.pair_budget, per_head);
+      std::vector<int> previous;  // the windows in force as candidate indices (none when one is not a candidate)
+      for (int m = 0; m < L; m++)
+        for (const int w : layers_[m].windows()) {
+          const auto it = std::find(cfg_.windows.begin(), cfg_.windows.end(), w);
+          if (it != cfg_.windows.end()) previous.push_back(int(it - cfg_.windows.begin()));
+        }
+      if (previous.size() != size_t(L) * H_) previous.clear();
+      choice = copy_once_choice(rows, cfg_.windows, cfg_.pair_budget, per_head, previous);
       if (trace) {
         (*trace)["once_rows"] = rows.size();
         (*trace)["once_loss_per_head_choice"] = copy_once_loss(rows, per_head);
@@ -441,12 +448,12 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
   return layers_[l].windows();
 }
 
-// aah.copy_count=once: the rows held as evidence. Each update, the kCopyOnceRowsPerUpdate queries with the most
+// aah.copy_count=once: the rows held as evidence. Each update, the kCopyOnceRowsPerUpdate (128) queries with the most
 // use beyond the smallest window (need, copy_use.h) join with weight 1; every row's weight is copy_decay^age, and a
-// row leaves once its weight is under kCopyOnceWeightFloor (0.9: 44 updates). A decayed sum, where the per-head
+// row leaves once its weight is under kCopyOnceWeightFloor (at decay 0.9: after 29 updates). A decayed sum, where the per-head
 // evidence is a peak-hold: new use counts in full at once, and old use fades.
-constexpr int kCopyOnceRowsPerUpdate = 256;
-constexpr double kCopyOnceWeightFloor = 0.01;
+constexpr int kCopyOnceRowsPerUpdate = 128;
+constexpr double kCopyOnceWeightFloor = 0.05;
 
 void Controller::add_copy_queries(int l, const float* per_query, int S, int T) {
   const int L = num_layers(), K = int(cfg_.windows.size());

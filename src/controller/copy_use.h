@@ -66,10 +66,11 @@ double copy_once_loss(const CopyRows& rows, const std::vector<int>& choice);
 
 // The choice (N) of least copy_once_loss with sum_h pairs(T, W_{c_h}) <= budget N pairs(T, T), T = W_{K-1}. Not
 // exact (the loss is not separable over heads): the better of `start` (give the per-head solver's choice; it must fit
-// the budget) and a greedy fill from every head at W_0 (the move of most loss saved per pair first), then exchange
-// moves (one head's window changed, or one head down and another up) while one lowers the loss, or keeps it and
-// saves pairs. Never worse than `start`. Deterministic: ties go to the lowest head and window.
+// the budget) and `previous` (the choice in force, when it fits the budget; else a greedy fill from every head at W_0,
+// the move of most loss saved per pair first), then exchange moves (one head's window changed, or one head down and
+// another up) while one lowers the loss, or keeps it and saves pairs. Never worse than `start`. Deterministic: ties
+// go to the lowest head and window.
 std::vector<int> copy_once_choice(const CopyRows& rows, const std::vector<int>& windows, double budget,
-                                  const std::vector<int>& start);
+                                  const std::vector<int>& start, const std::vector<int>& previous = {});
 
 }  // namespace aah

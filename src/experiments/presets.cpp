@@ -158,7 +158,7 @@ SuitePreset suite_preset(const std::string& name) {
     // formed the copy only partly (33% at distance 128+). When the copy forms varies from run to run (between
     // steps ~4,000 and ~7,500 in the runs measured, on 1 or 2 threads), so the base runs 12,000 steps.
     p.summary = "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
-                "attention base of 12,000 steps, then the five main regimes + coverage and copy use at pair budget 0.5 "
+                "attention base of 12,000 steps, then the five main regimes + coverage and copy use (per head and counted once) at pair budget 0.5 "
                 "with its controls (copy use shuffled across heads, the oracle of per-head cuts), a fixed window and "
                 "random windows fine-tune 1,000 steps from it, 3 seeds (~50 minutes; up to 9 more per base that "
                 "trains on)";
@@ -177,6 +177,7 @@ SuitePreset suite_preset(const std::string& name) {
     p.base_extend_steps = kRetrievalBaseSteps / 2, p.base_max_steps = 3 * kRetrievalBaseSteps;
     p.regimes = kMain;
     p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "copy_budget_500", "copy_budget_500+copy_shuffled",
+                                       "copy_once_budget_500", "copy_once_budget_500+copy_shuffled",
                                        "oracle_budget_500", "fixed_matched", "random_window"});
     p.seeds = {0, 1, 2};
     p.timing_budget_s = 30;
