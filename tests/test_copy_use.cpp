@@ -387,6 +387,8 @@ TEST(CopyUse, OnceSolverAgainstBruteForce) {
       if (cost <= limit) best = std::min(best, copy_once_loss(rows, c));
     }
     const std::vector<int> got = copy_once_choice(rows, W, budget, start);
+    // stable: a choice in force that no move improves stays, even where the per-head choice is as good
+    ASSERT_EQ(copy_once_choice(rows, W, budget, start, got), got) << "trial " << trial;
     // warm: from the per-head choice and an earlier choice in force (here the cold result, shuffled across heads)
     std::vector<int> previous = got;
     std::reverse(previous.begin(), previous.end());

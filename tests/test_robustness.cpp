@@ -280,6 +280,21 @@ TEST(Robustness, KnobValuesOutsideTheirMeaningAreErrorsNamingTheKey) {
   config_validate(ok);
 }
 
+// What aah prints to its standard output (tables, Markdown references, token ids, text) must reach the file: a full
+// device behind a redirection is an error naming the cause, not a short output with exit 0.
+TEST(Robustness, AFullStandardOutputIsAnError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  Fixture& f = fixture();
+  for (const std::string& cmd : std::vector<std::string>{"$AAH --help-config --markdown", "$AAH --help-regimes --markdown", "$AAH info",
+                                "echo '5 6 7' | $AAH tokenize --text --tokenizer " + f.data + "/tokenizer.json"}) {
+    const Result r = sh(cmd + " > /dev/full");
+    EXPECT_NE(r.rc, 0) << cmd;
+    EXPECT_TRUE(has(r.out, "writing the standard output failed") && has(r.out, "the disk is full")) << cmd << "\n"
+                                                                                                   << r.out;
+    EXPECT_EQ(sh(cmd + " > /dev/null").rc, 0) << cmd;
+  }
+}
+
 // aah train: a knob the chosen policy never reads (given by --set or the --config file's "aah" block) is refused
 // before anything is written; the same knob under its own policy trains.
 TEST(Robustness, TrainRefusesKnobsThePolicyNeverReads) {

@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 
@@ -102,6 +104,13 @@ int main(int argc, char** argv) {
     for (auto& [k, v] : aah::config_describe(aah::Config{})) std::printf("  %s = %s\n", k.c_str(), v.c_str());
   } else if (app.get_subcommands().empty()) {
     std::fputs(app.help().c_str(), stdout);
+  }
+  // Everything printed (tables, JSON, tokens, generated text) must have reached its file: a full disk or a
+  // file-size limit behind a redirection is an error, not a short output with exit 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: writing the standard output failed: %s%s\n", std::strerror(errno),
+                 errno == EFBIG ? " (a file-size limit: ulimit -f)" : errno == ENOSPC ? " (the disk is full)" : "");
+    return 1;
   }
   return rc;
 }

@@ -313,7 +313,10 @@ std::vector<int> copy_once_choice(const CopyRows& rows, const std::vector<int>& 
     second[size_t(best_h)] = best_k;
   }
   const double start_loss = copy_once_loss(rows, start), second_loss = copy_once_loss(rows, second);
-  std::vector<int> c = second_loss < start_loss - eps ? second : start;
+  // At equal loss the choice in force stays (windows do not flip between equally good choices); the greedy fill
+  // must beat the per-head choice.
+  std::vector<int> c = warm ? (start_loss < second_loss - eps ? start : second)
+                            : (second_loss < start_loss - eps ? second : start);
 
   // Exchange moves: one head to another window, or one head down and another up, within the budget; the move that
   // lowers the loss most (or, at equal loss, saves the most pairs) while any does.
