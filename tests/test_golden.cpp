@@ -385,9 +385,10 @@ TEST(Golden, RunsAreBitIdenticalWithOneAndTwoThreads) {
   test::TempDir dir("golden-threads");
   const std::string data = dir.path + "/data";
   aah({"data", "synth", "--out", data, "--tokens", "60000", "--vocab", "96", "--seed", "5"});
-  for (const std::vector<std::string> regime :
+  for (const std::vector<std::string>& regime :
        {std::vector<std::string>{"aah.regime=full_adaptive"}, {"aah.regime=coverage_budget_500"},
-        {"aah.regime=copy_budget_500"}, {"aah.regime=full_adaptive", "aah.attention=dense"}}) {
+        {"aah.regime=copy_budget_500"}, {"aah.regime=copy_once_budget_500"},
+        {"aah.regime=full_adaptive", "aah.attention=dense"}}) {
     std::string digests[2];
     for (int threads : {1, 2}) {
       const std::string run = dir.path + "/run-" + std::to_string(threads) + "-" + std::to_string(regime.size()) +
