@@ -334,20 +334,14 @@ std::vector<int> copy_once_choice(const CopyRows& rows, const std::vector<int>& 
       const bool better = d < best_d - eps || (std::fabs(d - best_d) <= eps && p < best_p);
       if (better && (d < -eps || (d <= eps && p < 0))) best_d = d, best_p = p, ba = a, bka = ka, bb = b, bkb = kb;
     };
-    // Single moves first; their loss changes also prune the pairs: b goes up in a pair only where that alone would
-    // lower the loss (the budget, not the loss, is what a pair's other half frees).
-    std::vector<double> single(size_t(N) * K, 0.0);
     for (int a = 0; a < N; a++)
-      for (int ka = 0; ka < K; ka++)
-        if (ka != c[size_t(a)]) {
-          single[size_t(a) * K + ka] = once_delta(t, top, a, ka, -1, 0);
-          consider(a, ka, -1, 0);
-        }
-    for (int a = 0; a < N; a++)
-      for (int ka = 0; ka < c[size_t(a)]; ka++)  // a goes down, b goes up
+      for (int ka = 0; ka < K; ka++) {
+        if (ka == c[size_t(a)]) continue;
+        consider(a, ka, -1, 0);
+        if (ka > c[size_t(a)]) continue;  // pairs: a goes down, b goes up
         for (int b = 0; b < N; b++)
-          for (int kb = c[size_t(b)] + 1; b != a && kb < K; kb++)
-            if (single[size_t(b) * K + kb] < -eps) consider(a, ka, b, kb);
+          for (int kb = c[size_t(b)] + 1; b != a && kb < K; kb++) consider(a, ka, b, kb);
+      }
     if (ba < 0) break;
     c[size_t(ba)] = bka;
     if (bb >= 0) c[size_t(bb)] = bkb;
