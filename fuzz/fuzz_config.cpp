@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "model/config.h"
 
 using namespace aah;

@@ -7,7 +7,7 @@
 
 #include "fuzz_common.h"
 #include "fuzz_small_model.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/model.h"
 #include "model/window_policy.h"
 

@@ -4,7 +4,7 @@
 
 #include "experiments/report.h"
 #include "fuzz_common.h"
-#include "io/files.h"
+#include "core/files.h"
 
 using namespace aah;
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 using namespace aah;
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "fuzz_common.h"
-#include "io/shard.h"
+#include "data/shard.h"
 
 using namespace aah;
 

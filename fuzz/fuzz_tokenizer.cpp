@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "io/files.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "core/files.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 using namespace aah;
 

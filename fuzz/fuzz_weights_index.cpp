@@ -5,7 +5,7 @@
 
 #include "fuzz_common.h"
 #include "fuzz_small_model.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "model/model.h"
 #include "model/weights.h"
 

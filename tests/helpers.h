@@ -11,8 +11,8 @@
 
 #include "core/check.h"
 #include "core/process.h"
-#include "io/corpus.h"
-#include "io/synth.h"
+#include "data/corpus.h"
+#include "data/synth.h"
 #include "model/config.h"
 
 namespace aah::test {

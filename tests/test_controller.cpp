@@ -23,7 +23,7 @@
 #include "controller/scorer.h"
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 using namespace aah;
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include "controller/controller.h"
 #include "controller/copy_use.h"
 #include "core/rng.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/attention_common.h"
 #include "kernels/ref/attention.h"
 

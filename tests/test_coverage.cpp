@@ -12,7 +12,7 @@
 #include "controller/controller.h"
 #include "controller/coverage.h"
 #include "core/rng.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "kernels/ref/attention.h"
 
 using namespace aah;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/process.h"
-#include "io/files.h"
+#include "core/files.h"
 
 namespace aah {
 namespace {

@@ -24,8 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "io/files.h"
-#include "io/synth.h"
+#include "core/files.h"
+#include "data/synth.h"
 #include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/train.h"

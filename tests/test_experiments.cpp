@@ -25,7 +25,7 @@
 #include "experiments/suite.h"
 #include "experiments/svg.h"
 #include "helpers.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "model/config.h"
 #include "model/weights.h"
 

@@ -7,9 +7,9 @@
 
 #include "core/check.h"
 #include "helpers.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/shard.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "data/shard.h"
 #include "model/config.h"
 #include "model/weights.h"
 

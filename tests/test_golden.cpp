@@ -22,8 +22,8 @@
 
 #include "helpers.h"
 #include "core/process.h"
-#include "io/checksum.h"
-#include "io/files.h"
+#include "formats/checksum.h"
+#include "core/files.h"
 
 extern "C" char* openblas_get_corename(void);
 

@@ -1,4 +1,4 @@
-// Tests of src/io: safetensors, token shards, atomic file writes.
+// Tests of src/formats (safetensors), src/data (token shards) and src/core/files (atomic file writes).
 #include <gtest/gtest.h>
 
 #include "helpers.h"
@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/check.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/shard.h"
+#include "formats/checksum.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "data/shard.h"
 
 namespace fs = std::filesystem;
 using namespace aah;

@@ -21,9 +21,9 @@
 #include "controller/features.h"
 #include "helpers.h"
 #include "dist/comm.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/synth.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "data/synth.h"
 #include "model/config.h"
 
 namespace aah {

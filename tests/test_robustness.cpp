@@ -16,10 +16,10 @@
 #include "core/process.h"
 #include "experiments/report.h"
 #include "helpers.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "io/shard.h"
-#include "io/synth.h"
+#include "formats/checksum.h"
+#include "core/files.h"
+#include "data/shard.h"
+#include "data/synth.h"
 #include "model/config.h"
 
 namespace aah {

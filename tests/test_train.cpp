@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/synth.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "data/synth.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "train/optimizer.h"

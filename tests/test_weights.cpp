@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/tokenizer.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "text/tokenizer.h"
 #include "model/weights.h"
 #include "helpers.h"
 

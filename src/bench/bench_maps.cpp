@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/sys.h"
 #include "experiments/report.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "kernels/attention_common.h"
 #include "model/model.h"
 #include "model/weights.h"

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "io/bpe_train.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/tokenizer.h"
+#include "text/bpe_train.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "text/tokenizer.h"
 
 namespace aah {
 

@@ -6,12 +6,12 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
-#include "io/bpe_train.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/synth.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "text/bpe_train.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "data/synth.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace aah {
 

@@ -12,9 +12,9 @@
 #include "core/sys.h"
 #include "infer/decoder.h"
 #include "infer/sampler.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/tokenizer.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
+#include "text/tokenizer.h"
 #include "model/weights.h"
 #include "model/window_policy.h"
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/config_table.h"
+#include "formats/config_table.h"
 
 namespace aah {
 

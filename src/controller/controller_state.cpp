@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace aah {
 

@@ -5,8 +5,8 @@
 
 #include "core/check.h"
 #include "eval/retrieval.h"
-#include "io/shard.h"
-#include "io/synth.h"
+#include "data/shard.h"
+#include "data/synth.h"
 #include "kernels/attention_common.h"
 #include "model/config.h"
 #include "model/weights.h"

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/shard.h"
+#include "data/shard.h"
 #include "model/config.h"
 
 namespace aah {

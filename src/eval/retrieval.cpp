@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "io/synth.h"
+#include "data/synth.h"
 #include "kernels/ops.h"
 
 namespace aah {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "io/synth.h"
+#include "data/synth.h"
 
 namespace aah {
 

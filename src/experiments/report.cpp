@@ -16,7 +16,7 @@
 #include "eval/retrieval.h"
 #include "experiments/stats.h"
 #include "experiments/svg.h"
-#include "io/files.h"
+#include "core/files.h"
 #include "model/config.h"
 #include "model/weights.h"
 

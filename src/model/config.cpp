@@ -1,8 +1,8 @@
 #include "model/config.h"
 
 #include "core/check.h"
-#include "io/files.h"
-#include "io/unicode.h"
+#include "core/files.h"
+#include "text/unicode.h"
 
 namespace aah {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "controller/controller_config.h"
-#include "io/config_table.h"
+#include "formats/config_table.h"
 
 namespace aah {
 

@@ -3,8 +3,8 @@
 #include <set>
 
 #include "core/check.h"
-#include "io/files.h"
-#include "io/safetensors.h"
+#include "core/files.h"
+#include "formats/safetensors.h"
 
 namespace aah {
 

@@ -13,7 +13,7 @@
 #include "kernels/dispatch.h"
 #include "core/sys.h"
 #include "dist/comm.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace aah {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/check.h"
-#include "io/files.h"
+#include "core/files.h"
 
 namespace aah {
 

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "io/tokenizer.h"
+#include "formats/checksum.h"
+#include "core/files.h"
+#include "text/tokenizer.h"
 
 namespace aah {
 

@@ -1,6 +1,6 @@
 // Text corpora, the part every source shares: split documents into train/validation, train the tokenizer, write
 // the four files (io/corpus.h). The sources: corpus_brown.cpp, corpus_code.cpp, corpus_text.cpp (and synth.cpp).
-#include "io/corpus.h"
+#include "data/corpus.h"
 
 #include <algorithm>
 #include <array>
@@ -8,12 +8,12 @@
 #include <cstdio>
 
 #include "core/check.h"
-#include "io/bpe_train.h"
-#include "io/checksum.h"
-#include "io/files.h"
-#include "io/shard.h"
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "text/bpe_train.h"
+#include "formats/checksum.h"
+#include "core/files.h"
+#include "data/shard.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace aah {
 

@@ -1,11 +1,11 @@
-#include "io/shard.h"
+#include "data/shard.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "core/check.h"
-#include "io/files.h"
+#include "core/files.h"
 
 namespace aah {
 

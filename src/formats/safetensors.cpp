@@ -1,4 +1,4 @@
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "io/checksum.h"
-#include "io/files.h"
+#include "formats/checksum.h"
+#include "core/files.h"
 
 namespace aah {
 

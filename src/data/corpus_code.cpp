@@ -4,9 +4,9 @@
 
 #include "core/check.h"
 #include "core/process.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/unicode.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "text/unicode.h"
 
 namespace aah {
 

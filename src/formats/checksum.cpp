@@ -1,4 +1,4 @@
-#include "io/checksum.h"
+#include "formats/checksum.h"
 
 #include <nettle/sha2.h>
 

@@ -11,10 +11,10 @@
 
 #include "core/check.h"
 #include "core/process.h"
-#include "io/checksum.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/unicode.h"
+#include "formats/checksum.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "text/unicode.h"
 
 namespace aah {
 

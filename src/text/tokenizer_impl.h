@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "io/tokenizer.h"
-#include "io/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace aah {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "io/files.h"
+#include "core/files.h"
 
 namespace aah {
 

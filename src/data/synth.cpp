@@ -1,4 +1,4 @@
-#include "io/synth.h"
+#include "data/synth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "io/checksum.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/shard.h"
+#include "formats/checksum.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "data/shard.h"
 
 namespace aah {
 

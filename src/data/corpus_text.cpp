@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "io/corpus.h"
-#include "io/files.h"
-#include "io/unicode.h"
+#include "data/corpus.h"
+#include "core/files.h"
+#include "text/unicode.h"
 
 namespace aah {
 

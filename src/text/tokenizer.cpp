@@ -1,4 +1,4 @@
-#include "io/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -9,9 +9,9 @@
 #include <queue>
 
 #include "core/check.h"
-#include "io/files.h"
-#include "io/tokenizer_impl.h"
-#include "io/unicode.h"
+#include "core/files.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 namespace aah {
 

@@ -1,4 +1,4 @@
-#include "io/files.h"
+#include "core/files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

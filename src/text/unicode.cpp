@@ -1,4 +1,4 @@
-#include "io/unicode.h"
+#include "text/unicode.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,8 +1,8 @@
-#include "io/config_table.h"
+#include "formats/config_table.h"
 
 #include <type_traits>
 
-#include "io/files.h"
+#include "core/files.h"
 
 namespace aah {
 

@@ -1,4 +1,4 @@
-#include "io/bpe_train.h"
+#include "text/bpe_train.h"
 
 #include <omp.h>
 
@@ -8,9 +8,9 @@
 #include <queue>
 
 #include "core/check.h"
-#include "io/tokenizer.h"
-#include "io/tokenizer_impl.h"
-#include "io/unicode.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
 
 namespace aah {
 
