@@ -1,5 +1,5 @@
 // Text corpora, the part every source shares: split documents into train/validation, train the tokenizer, write
-// the four files (io/corpus.h). The sources: corpus_brown.cpp, corpus_code.cpp, corpus_text.cpp (and synth.cpp).
+// the four files (data/corpus.h). The sources: corpus_brown.cpp, corpus_code.cpp, corpus_text.cpp (and synth.cpp).
 #include "data/corpus.h"
 
 #include <algorithm>

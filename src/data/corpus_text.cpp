@@ -1,5 +1,5 @@
 // `aah data text`: the user's UTF-8 text, one document per file, per blank-line separated block or per block
-// between separator lines (io/corpus.h).
+// between separator lines (data/corpus.h).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

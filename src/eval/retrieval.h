@@ -1,4 +1,4 @@
-// Retrieval accuracy on the synth corpus (io/synth.h): a question is ASK k v, and its value v can only be predicted
+// Retrieval accuracy on the synth corpus (data/synth.h): a question is ASK k v, and its value v can only be predicted
 // by remembering the earlier DEF k v. Within one evaluated window of T input positions, a question counts when its
 // ASK, its k (the query whose next token is v) and the nearest earlier DEF k v of the same document all lie in the
 // window; a question whose DEF lies before the window is not counted. The distance is ASK's position minus DEF's.

@@ -2,7 +2,7 @@
 // CRC-32C (Castagnoli; the checksum of iSCSI and ext4), used to detect corrupt checkpoint files: it catches every
 // burst error up to 32 bits and any few-bit error. Table-driven, 8 bytes per step ("slicing by 8"), about 1-2 GB/s.
 // SHA-256 (FIPS 180-4, computed by nettle), the content digest: corpus files and their train/validation split
-// (io/corpus.h), and the golden test's digests.
+// (data/corpus.h), and the golden test's digests.
 #pragma once
 #include <array>
 #include <cstddef>

@@ -1,6 +1,6 @@
 // Run configuration: the model (Hugging Face Qwen3 key names), training (train.*) and the attention-window policy
 // (aah.*). One table of keys (fields() in config.cpp, and the controller's knobs, controller_knobs()) drives
-// reading JSON, --set key=value, validation, --help-config and writing config.json; see io/config_table.h.
+// reading JSON, --set key=value, validation, --help-config and writing config.json; see formats/config_table.h.
 #pragma once
 #include <cstdint>
 #include <string>

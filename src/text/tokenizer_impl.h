@@ -1,4 +1,4 @@
-// Internals of io/tokenizer.cpp shared with the BPE trainer (io/bpe_train.cpp) and the tests: the PCRE2 regex
+// Internals of text/tokenizer.cpp shared with the BPE trainer (text/bpe_train.cpp) and the tests: the PCRE2 regex
 // wrapper, an open-addressing map for merge pairs, and the loaded tokenizer's tables.
 #pragma once
 #include <bit>
