@@ -450,18 +450,15 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
 
 // aah.copy_count=once: the rows held as evidence. Each update, the kCopyOnceRowsPerUpdate (128) queries with the most
 // use beyond the smallest window (need, copy_use.h) join with weight 1; every row's weight is copy_decay^age, and a
-// row leaves once its weight is under kCopyOnceWeightFloor (at decay 0.9: after 29 updates). A decayed sum, where the per-head
-// evidence is a peak-hold: new use counts in full at once, and old use fades.
+// row leaves once its weight is under kCopyOnceWeightFloor (at decay 0.9: after 29 updates). A decayed sum, where
+// the per-head evidence is a peak-hold: new use counts in full at once, and old use fades.
 constexpr int kCopyOnceRowsPerUpdate = 128;
 constexpr double kCopyOnceWeightFloor = 0.05;
 
 void Controller::add_copy_queries(int l, const float* per_query, int S, int T) {
   const int L = num_layers(), K = int(cfg_.windows.size());
   const size_t cols = size_t(L) * H_ * K;
-  if (copy_query_count_ != S * T || copy_queries_.size() != size_t(S) * T * cols) {
-    copy_query_count_ = S * T;
-    copy_queries_.assign(size_t(S) * T * cols, 0.0f);
-  }
+  if (copy_queries_.size() != size_t(S) * T * cols) copy_queries_.assign(size_t(S) * T * cols, 0.0f);
   for (int s = 0; s < S; s++)
     for (int h = 0; h < H_; h++)
       for (int i = 0; i < T; i++)
@@ -472,7 +469,6 @@ void Controller::add_copy_queries(int l, const float* per_query, int S, int T) {
 void Controller::copy_rows_join() {
   const int N = num_layers() * H_, K = int(cfg_.windows.size());
   const size_t cols = size_t(N) * K;
-  copy_rows_.N = N, copy_rows_.K = K;
   // Age the rows held; drop those whose weight fell under the floor.
   CopyRows kept;
   kept.N = N, kept.K = K;
@@ -485,7 +481,8 @@ void Controller::copy_rows_join() {
   }
   // This update's queries with the most need, need > 0, ties to the lower index.
   std::vector<std::pair<float, int>> need;
-  for (int q = 0; q < copy_query_count_; q++) {
+  const int queries = int(copy_queries_.size() / cols);
+  for (int q = 0; q < queries; q++) {
     float m = 0;
     for (int h = 0; h < N; h++) m = std::max(m, copy_queries_[size_t(q) * cols + size_t(h) * K]);
     if (m > 0) need.push_back({m, q});

@@ -223,7 +223,6 @@ class Controller {
   CopyRows copy_rows_;                 // aah.copy_count=once: the evidence rows (copy_use.h), weights decay^age
   std::vector<int32_t> copy_row_age_;  // (rows) updates since each row joined
   std::vector<float> copy_queries_;    // (S T, L H K) this update's per-query use, filled layer by layer
-  int copy_query_count_ = 0;           // S T of copy_queries_
   mutable std::vector<int32_t> save_dims_, save_windows_;
   mutable int32_t save_copy_measured_ = 0;
 };
