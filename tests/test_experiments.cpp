@@ -909,6 +909,45 @@ TEST(Suite, BaseThatDoesNotRetrieveTrainsOnUpToTheCap) {
   EXPECT_NE(again.err.find("[base 1/1 s0] finished earlier: skipped"), std::string::npos) << again.err;
 }
 
+// A base that still does not retrieve at --base-max starts again from a new initialization (train.seed = seed + 1000),
+// keeping the failed attempt evaluated beside it; the runs start from the new base, the report names the restart, and
+// a rerun skips it.
+TEST(Suite, BaseThatNeverRetrievesStartsAgainFromANewInitialization) {
+  const test::TempDir tmp("base_restart");
+  const std::string dir = tmp.path + "/suite";
+  const std::vector<std::string> args = {"suite", "--preset", "smoke", "--out", dir, "--regimes", "full", "--base-extend",
+                                         "20", "--base-max", "60", "--base-restarts", "1", "--timing-budget", "0"};
+  const Child c = run_aah(args);
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_NE(c.err.find("after 60 steps: kept as " + dir + "/base/full-s0-failed1; starting again from a new "
+                       "initialization (train.seed 1000, restart 1 of at most 1)"),
+            std::string::npos)
+      << c.err;
+  EXPECT_NE(c.err.find("still does not retrieve at the farthest distance after 2 start(s)"), std::string::npos);
+  const Config failed = run_config_load(dir + "/base/full-s0-failed1"), base = run_config_load(dir + "/base/full-s0");
+  EXPECT_EQ(failed.train.seed, 0);
+  EXPECT_EQ(failed.train.steps, 60);
+  EXPECT_EQ(base.train.seed, 1000);
+  EXPECT_EQ(base.train.steps, 60);
+  EXPECT_TRUE(fs::exists(dir + "/base/full-s0-failed1/eval.json"));
+  EXPECT_TRUE(fs::exists(dir + "/base/full-s0/eval.json"));
+  // Another initialization: the first logged losses differ.
+  std::vector<int> steps;
+  const auto a = report_parse_metrics(read_file(dir + "/base/full-s0-failed1/metrics.jsonl"), "m", &steps);
+  const auto b = report_parse_metrics(read_file(dir + "/base/full-s0/metrics.jsonl"), "m", &steps);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_NE(a.front()["loss"].get<double>(), b.front()["loss"].get<double>());
+  const Config run = run_config_load(dir + "/runs/full-s0");
+  EXPECT_EQ(run.train.init_from, dir + "/base/full-s0");
+  EXPECT_EQ(run.train.seed, 0);
+  EXPECT_NE(read_file(dir + "/report.md").find("seed 0 (train.seed 1000)"), std::string::npos);
+  const Child again = run_aah(args);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  EXPECT_NE(again.err.find("[base 1/1 s0] finished earlier: skipped"), std::string::npos) << again.err;
+  EXPECT_FALSE(fs::exists(dir + "/base/full-s0-failed2"));
+}
+
 }  // namespace
 }  // namespace aah
 

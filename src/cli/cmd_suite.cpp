@@ -53,8 +53,13 @@ void add_suite_commands(CLI::App& app, int& rc) {
                     "6000; 0: never)")
       ->check(CLI::Range(0, 10'000'000));
   suite->add_option("--base-max", so.base_max_steps,
-                    "The most steps a base trains while it does not retrieve (default: the preset's; retrieval 36000)")
+                    "The most steps a base trains while it does not retrieve (default: the preset's; retrieval 18000)")
       ->check(CLI::Range(0, 10'000'000));
+  suite->add_option("--base-restarts", so.base_restarts,
+                    "A base that still does not retrieve at --base-max starts again from a new initialization "
+                    "(train.seed = seed + 1000 x attempt; the failed one kept as base/full-s<seed>-failed<attempt>), at "
+                    "most this many times (default: the preset's; retrieval 2; 0: never)")
+      ->check(CLI::Range(0, 100));
   suite->callback([&rc] {
     so.seeds.clear();
     so.regimes.clear();

@@ -226,6 +226,12 @@ void remove_tree(const std::string& path) {
   if (ec) fail("[file] ", path, ": cannot remove: ", ec.message());
 }
 
+void rename_to_new(const std::string& from, const std::string& to) {
+  if (path_exists(to)) fail("[file] ", to, ": exists: ", from, " is not renamed over it");
+  if (::rename(from.c_str(), to.c_str()) != 0) fail("[file] ", from, ": cannot rename to ", to, ": ", std::strerror(errno));
+  fsync_dir(parent_dir(to));
+}
+
 std::string read_link(const std::string& path) {
   std::vector<char> buf(4096);
   ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size());

@@ -39,6 +39,8 @@ void make_dirs(const std::string& path);  // mkdir -p
 void fsync_dir(const std::string& dir);
 // Removes a file, link or directory tree (no error if it is absent); errors name the path.
 void remove_tree(const std::string& path);
+// Renames `from` (a file or directory) to `to`, which must not exist (never replaced); fsyncs the directory.
+void rename_to_new(const std::string& from, const std::string& to);
 // The target of symlink `path`, or "" when `path` is not a symlink.
 std::string read_link(const std::string& path);
 // Points symlink `path` at `target`, atomically: a new link under a temporary name is renamed over `path` (which may

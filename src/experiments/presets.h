@@ -23,8 +23,10 @@ struct SuitePreset {
   bool base = false;
   std::vector<std::string> base_sets;
   // Synth data: a base whose retrieval accuracy at the farthest distance is below kRetrievalKept after its steps
-  // trains on, base_extend_steps at a time, up to base_max_steps (0: no extension).
-  int base_extend_steps = 0, base_max_steps = 0;
+  // trains on, base_extend_steps at a time, up to base_max_steps (0: no extension). One that still does not then
+  // starts again from a new initialization (train.seed = seed + 1000 x attempt), at most base_restarts times; the
+  // failed attempt is kept in OUT/base/full-s<seed>-failed<attempt>.
+  int base_extend_steps = 0, base_max_steps = 0, base_restarts = 0;
   double timing_budget_s = 60;  // seconds of side-by-side timing of the final window maps (aah bench maps)
 };
 

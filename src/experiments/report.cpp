@@ -379,13 +379,16 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
   if (seeds.empty()) return "";
   std::map<std::pair<int, int>, std::vector<double>> acc;  // (lo, hi or -1) -> accuracy per base
   std::map<int, int> steps;  // seed -> the base's steps (a base that did not retrieve yet trained on)
+  std::string restarted;     // bases that started again from a new initialization (suite.cpp: base restarts)
   int bases = 0;
   for (int seed : seeds) {
     const std::string base = str_cat(dir, "/base/full-s", seed), path = base + "/eval.json";
     if (!file_exists(path)) continue;
     const json ev = read_json_file(path);
     if (!ev.is_object()) fail("[report] ", path, ": not a JSON object");
-    steps[seed] = run_config_load(base).train.steps, bases++;
+    const Config bc = run_config_load(base);
+    steps[seed] = bc.train.steps, bases++;
+    if (bc.train.seed != seed) restarted += str_cat(restarted.empty() ? "" : ", ", "seed ", seed, " (train.seed ", bc.train.seed, ")");
     if (!ev.contains("retrieval") || !ev["retrieval"].is_object()) continue;
     const json& b = ev["retrieval"].value("buckets", json::array());
     if (!b.is_array()) fail("[report] ", path, ": retrieval.buckets is not an array");
@@ -405,6 +408,9 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
   std::string o = str_cat(" Every run fine-tuned from its seed's full-attention base (`base/full-s<seed>`, ", fewest,
                           " steps", longer.empty() ? "" : str_cat("; trained on until it retrieved: ", longer),
                           "; `train.init_from`): the regimes choose windows for heads trained with full attention.");
+  if (!restarted.empty())
+    o += str_cat(" Started again from a new initialization after the first did not retrieve (the failed ones kept in "
+                 "`base/full-s<seed>-failed<k>`): ", restarted, ".");
   if (!acc.empty()) {
     o += str_cat(" The bases' retrieval accuracy by DEF-ASK distance (mean of ", bases, "):");
     for (const auto& [range, v] : acc) {

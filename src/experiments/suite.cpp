@@ -53,7 +53,13 @@ struct Run {
   int done_steps = 0;  // at the last checkpoint
   bool evaluated = false;
   bool base = false;  // a pretrained start (SuitePreset::base), in OUT/base/
+  int attempt = 0;    // a base: how many earlier starts did not retrieve (train.seed = seed + 1000 x attempt)
 };
+
+constexpr int kBaseRestartSeedStride = 1000;
+
+// A base's failed attempt k (1, 2, ...): kept beside the base that replaced it.
+std::string base_failed_dir(const std::string& base_dir, int k) { return base_dir + "-failed" + std::to_string(k); }
 
 // The step of a run's last checkpoint (0 if none). A checkpoint that cannot be read is an error: the user decides.
 int checkpoint_step(const std::string& dir) {
@@ -289,6 +295,7 @@ int suite_run(const SuiteOptions& o) {
   if (!o.seeds.empty()) p.seeds = collapse_repeats(o.seeds, "--seeds");
   if (o.base_extend_steps >= 0) p.base_extend_steps = o.base_extend_steps;
   if (o.base_max_steps >= 0) p.base_max_steps = o.base_max_steps;
+  if (o.base_restarts >= 0) p.base_restarts = o.base_restarts;
   const double timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
   std::vector<std::string> sets = p.sets;
   sets.insert(sets.end(), o.sets.begin(), o.sets.end());
@@ -359,6 +366,7 @@ int suite_run(const SuiteOptions& o) {
     const int seed = p.seeds[b];
     Run r;
     r.regime = "full", r.seed = seed, r.steps = base_steps, r.base = true, r.dir = base_dir(seed);
+    while (dir_exists(base_failed_dir(r.dir, r.attempt + 1))) r.attempt++;
     r.evaluated = eval_done(r.dir);
     r.done_steps = r.evaluated ? r.steps : checkpoint_step(r.dir);
     total_steps += r.steps;
@@ -403,7 +411,7 @@ int suite_run(const SuiteOptions& o) {
       argv.push_back("--force");  // at most an unfinished start without a checkpoint: nothing to keep
       argv.insert(argv.end(), {"--set", "aah.regime=" + r.regime});  // first: a regime clears aah.* knobs
       for (const auto& s : r.base ? base_sets : sets) argv.insert(argv.end(), {"--set", s});
-      argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed)});
+      argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed + kBaseRestartSeedStride * r.attempt)});
       if (p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(r.seed)});
     }
     std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
@@ -485,27 +493,45 @@ int suite_run(const SuiteOptions& o) {
     eta.current_fraction = 0, eta.current_seconds = 0;
     // A base trains on until it retrieves (base_extend_steps at a time, up to base_max_steps): its steps are the
     // first of base_steps + k x extend at or past its checkpoint, so a rerun continues where it stopped.
-    const bool extends = r.base && p.base_extend_steps > 0 && synth_is_corpus(data);
+    const bool checks = r.base && synth_is_corpus(data);
+    const bool extends = checks && p.base_extend_steps > 0;
     if (extends && r.done_steps > r.steps) {
       const int k = (r.done_steps - base_steps + p.base_extend_steps - 1) / p.base_extend_steps;
       const int target = std::min(p.base_max_steps, base_steps + k * p.base_extend_steps);
       total_steps += target - r.steps, left_steps += target - r.steps;
       r.steps = target;
     }
-    if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
     json ev;
-    if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
-    while (extends && !(retrieval_far_accuracy(ev.value("retrieval", json())) >= kRetrievalKept) &&
-           r.steps < p.base_max_steps) {
-      const int more = std::min(p.base_extend_steps, p.base_max_steps - r.steps);
-      std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: training on to %d "
-                   "(at most %d)\n", tag.c_str(), retrieval_far_accuracy(ev.value("retrieval", json())),
-                   kRetrievalKept, r.steps, r.steps + more, p.base_max_steps);
-      r.done_steps = r.steps;
-      r.steps += more, total_steps += more, left_steps += more;
+    auto retrieves = [&] { return retrieval_far_accuracy(ev.value("retrieval", json())) >= kRetrievalKept; };
+    for (;;) {
       if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
       if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
+      while (extends && !retrieves() && r.steps < p.base_max_steps) {
+        const int more = std::min(p.base_extend_steps, p.base_max_steps - r.steps);
+        std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: training on to %d "
+                     "(at most %d)\n", tag.c_str(), retrieval_far_accuracy(ev.value("retrieval", json())),
+                     kRetrievalKept, r.steps, r.steps + more, p.base_max_steps);
+        r.done_steps = r.steps;
+        r.steps += more, total_steps += more, left_steps += more;
+        if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
+        if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
+      }
+      if (!checks || retrieves() || r.attempt >= p.base_restarts) break;
+      // Still no copy: start again from a new initialization; the failed attempt stays on disk, evaluated.
+      write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
+      const std::string failed = base_failed_dir(r.dir, r.attempt + 1);
+      rename_to_new(r.dir, failed);
+      r.attempt++;
+      std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: kept as %s; starting "
+                   "again from a new initialization (train.seed %d, restart %d of at most %d)\n", tag.c_str(),
+                   retrieval_far_accuracy(ev.value("retrieval", json())), kRetrievalKept, r.steps, failed.c_str(),
+                   r.seed + kBaseRestartSeedStride * r.attempt, r.attempt, p.base_restarts);
+      total_steps += base_steps, left_steps += base_steps;
+      r.done_steps = 0, r.steps = base_steps;
     }
+    if (r.base && !retrieves() && checks)
+      std::fprintf(stderr, "%s still does not retrieve at the farthest distance after %d start(s): its runs are "
+                   "reported, and the report counts only seeds whose base retrieves\n", tag.c_str(), r.attempt + 1);
     write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
     // A run resumed from a checkpoint counts as the share of a run it trained here.
     const double share = r.done_steps > 0 ? double(r.steps - r.done_steps) / r.steps : 1.0;

@@ -27,7 +27,7 @@ struct SuiteOptions {
   double timing_budget_s = -1;  // seconds of `aah bench maps` rounds after the runs (timing.json); 0: none,
                                 // < 0: the preset's
   bool force = false;  // --out may be a directory of other files (never replacing them)
-  int base_extend_steps = -1, base_max_steps = -1;  // SuitePreset's base extension; < 0: the preset's
+  int base_extend_steps = -1, base_max_steps = -1, base_restarts = -1;  // SuitePreset's; < 0: the preset's
 };
 
 // The preset regime "fixed_matched": every head one window W, W chosen when the suite reaches it so that the
