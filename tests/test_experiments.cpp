@@ -388,7 +388,8 @@ TEST(Report, TimeToLossHandWorked) {
                     " s of training, 0.450 of full's time (45.0 s), 95% CI [" + fixed(0.45 - 12.706 * 0.1, 3) + ", " +
                     fixed(0.45 + 12.706 * 0.1, 3) + "]. At equal training time (its 32.5 s), its validation loss "
                     "against full's: lower by 0.6500 nats (95% CI [" + fixed(-0.65 - 12.706 * 0.05, 4) + ", " +
-                    fixed(-0.65 + 12.706 * 0.05, 4) + "]).\n"),
+                    fixed(-0.65 + 12.706 * 0.05, 4) + "], equivalent within ±" + fixed(0.65 + 6.3138 * 0.05, 4) +
+                    " nats).\n"),
             std::string::npos)
       << md;
   // Full's time in the sentence is on the seeds reached: seed 1's 40 s.

@@ -455,6 +455,13 @@ const std::vector<int>& Controller::update_copy(int l, const double* use, int st
 constexpr int kCopyOnceRowsPerUpdate = 128;
 constexpr double kCopyOnceWeightFloor = 0.05;
 
+int Controller::evidence_updates() const {
+  if (!needs_copy_queries()) return 1;
+  int ages = 0;  // rows of ages 0 .. ages-1 are held
+  while (ages < 10000 && std::pow(cfg_.copy_decay, ages) >= kCopyOnceWeightFloor) ages++;
+  return std::max(1, ages);
+}
+
 void Controller::add_copy_queries(int l, const float* per_query, int S, int T) {
   const int L = num_layers(), K = int(cfg_.windows.size());
   const size_t cols = size_t(L) * H_ * K;

@@ -181,6 +181,10 @@ class Controller {
   void add_copy_queries(int l, const float* per_query, int S, int T);
   // aah.copy_count=once: the query rows held as evidence (row weights copy_decay^age) and their ages in updates.
   const CopyRows& copy_rows() const { return copy_rows_; }
+  // How many control updates of evidence a decision reads once it is at steady state: aah.copy_count=once holds each
+  // update's rows while copy_decay^age >= the weight floor (29 at decay 0.9), so its solver sees its full load only
+  // from that update on; 1 for every other policy. `aah bench train` times the controller there.
+  int evidence_updates() const;
 
   // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` as for
   // LayerController::update.

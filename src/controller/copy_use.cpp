@@ -34,16 +34,23 @@ void head_copy_use(double* use, float* per_query, const float* q, const float* k
       const int32_t y = x[i + 1], xi = x[i];
       // Keys from 0 outwards to each window's edge, the largest window's (nearest to 0) first; keys 0 .. i - W_c
       // lie beyond W_c. Running sums: all mass, copy mass, copy count.
+      // Each stretch between two window edges is one vectorized reduction (its order of additions is the
+      // vector width's: deterministic for a build, independent of the thread count).
       double all = 0, copy = 0, count = 0;
       int j = 0;
       for (int c = K - 1; c >= 0; c--) {
         const int beyond = n - windows[c];
         if (beyond <= 0) continue;
-        for (; j < beyond; j++) {
-          const bool in_copy_set = x[j] == y || (x[j] == xi && x[j + 1] == y);  // j + 1 <= i here
-          all += e[j];
-          if (in_copy_set) copy += e[j], count += 1;
+        double a = 0, cp = 0, cnt = 0;
+#pragma omp simd reduction(+ : a, cp, cnt)
+        for (int jj = j; jj < beyond; jj++) {
+          const bool in_copy_set = x[jj] == y || (x[jj] == xi && x[jj + 1] == y);  // jj + 1 <= i here
+          a += double(e[jj]);
+          cp += in_copy_set ? double(e[jj]) : 0.0;
+          cnt += in_copy_set ? 1.0 : 0.0;
         }
+        j = beyond;
+        all += a, copy += cp, count += cnt;
         const double u = (copy - all * count / double(beyond)) / total;
         use[c] += u;
         if (per_query) per_query[size_t(i) * K + c] = float(u);

@@ -428,11 +428,12 @@ std::string base_note(const std::string& dir, const std::vector<RunData>& runs) 
 std::string verdict(const MeanInterval& d, int decimals, const char* unit) {
   if (d.n == 0) return "no seed paired with full: no claim";
   if (d.n < 2) return str_cat(fixed(d.mean, decimals), unit, " (one seed: no claim)");
-  const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "]");
+  // The equivalence bound is said beside a difference too: how far from full the data let it be.
+  const std::string ci = str_cat("95% CI [", fixed(d.lo, decimals), ", ", fixed(d.hi, decimals), "], equivalent within ±",
+                                 fixed(equivalence_bound90(d), decimals), unit);
   if (d.lo > 0) return str_cat("higher by ", fixed(d.mean, decimals), unit, " (", ci, ")");
   if (d.hi < 0) return str_cat("lower by ", fixed(-d.mean, decimals), unit, " (", ci, ")");
-  return str_cat("no difference detected (", d.mean >= 0 ? "+" : "", fixed(d.mean, decimals), unit, ", ", ci,
-                 ", equivalent within ±", fixed(equivalence_bound90(d), decimals), unit, ")");
+  return str_cat("no difference detected (", d.mean >= 0 ? "+" : "", fixed(d.mean, decimals), unit, ", ", ci, ")");
 }
 
 // How the summary reads a paired difference from full: with a 95% interval and the equivalence bound (two or more
@@ -442,9 +443,9 @@ std::string differences_note(bool several_seeds) {
     return "One seed per regime: no interval, so no difference from full is claimed either way (each reads \"one seed: "
            "no claim\"). ";
   return "Differences from full are paired by seed (regime - full, same seed), with a 95% t-interval over the seeds; "
-         "an interval that contains 0 reads \"no difference detected\", beside the equivalence bound the data support: "
-         "\"equivalent within ±B\" where B = max(|low|, |high|) of the 90% t-interval, so two one-sided tests at 5% "
-         "exclude any larger difference. One seed gives no interval: it reads \"one seed: no claim\". ";
+         "an interval that contains 0 reads \"no difference detected\"; beside every difference stands the equivalence "
+         "bound the data support: \"equivalent within ±B\" where B = max(|low|, |high|) of the 90% t-interval, so two "
+         "one-sided tests at 5% exclude any larger difference. One seed gives no interval: it reads \"one seed: no claim\". ";
 }
 
 // The runs of regime g, in run order.
