@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int step = 0; step <= 2 * ccfg.control_interval; step += ccfg.control_interval)
       for (int l = 0; l < L; l++) {
         for (size_t i = 0; i < raw.size(); i++) raw[i] = 0.1 + 0.01 * double((i * 7 + size_t(l) + size_t(step)) % 13);
-        for (int w : c.update(l, raw.data(), step)) AAH_FUZZ_ASSERT(w >= 1);
+        for (int w : c.update(l, ControlInput::of_features(raw.data()), step)) AAH_FUZZ_ASSERT(w >= 1);
       }
     c.acr();
     c.exact_pair_ratio(cfg.train.context);

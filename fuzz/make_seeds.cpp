@@ -115,7 +115,7 @@ void controller_state_seeds(const std::string& d) {
   for (int step = 0; step <= 3 * interval; step += interval)
     for (int l = 0; l < cfg.model.num_hidden_layers; l++) {
       for (size_t i = 0; i < raw.size(); i++) raw[i] = 0.1 + 0.05 * double((i * 5 + size_t(l * 3 + step)) % 11);
-      policy.controller().update(l, raw.data(), step);
+      policy.controller().update(l, ControlInput::of_features(raw.data()), step);
     }
   SafetensorsWriter after;
   policy.save(after);

@@ -566,7 +566,7 @@ TEST(ControllerLayer, StartsFullAndFollowsEma) {
   }
   Rng rng(5);
   auto x = random_feats(4, rng);
-  EXPECT_EQ(lc.update(x.data(), 0, nullptr), (std::vector<int>(4, 4)));
+  EXPECT_EQ(lc.update(ControlInput::of_features(x.data()), 0, nullptr), (std::vector<int>(4, 4)));
 
   cfg.resolution_ema = 0.9;
   LayerController slow(cfg, 4, 0);
@@ -575,7 +575,7 @@ TEST(ControllerLayer, StartsFullAndFollowsEma) {
     for (size_t i = 0; i < l->bias.size(); i++) l->bias[i] = (i % 4 == 0) ? 1.0f : 0.0f;
   }
   // 0.9 * 3 = 2.7 -> 3: stays at 3 forever (the fixed point of round(0.9 c) with c = 3).
-  slow.update(x.data(), 0, nullptr);
+  slow.update(ControlInput::of_features(x.data()), 0, nullptr);
   EXPECT_EQ(slow.resolution_index(), (std::vector<int>(4, 3)));
 }
 
@@ -584,27 +584,27 @@ TEST(ControllerLayer, FeatureEma) {
   ControllerConfig cfg = config_for("full_adaptive");
   LayerController lc(cfg, 2, 0);
   const auto a = feats({{1, 2}, {3, 4}}), b = feats({{11, 2}, {3, 14}});
-  lc.update(a.data(), 0, nullptr);
+  lc.update(ControlInput::of_features(a.data()), 0, nullptr);
   EXPECT_EQ(lc.feature_ema(), a);
-  lc.update(b.data(), 5, nullptr);
+  lc.update(ControlInput::of_features(b.data()), 5, nullptr);
   EXPECT_DOUBLE_EQ(lc.feature_ema()[0], 0.9 * 1 + 0.1 * 11);  // 2.0
   EXPECT_DOUBLE_EQ(lc.feature_ema()[F + 1], 0.9 * 4 + 0.1 * 14);  // 5.0
   // no_feature_ema: alpha 0, xbar = x.
   LayerController raw(config_for("no_feature_ema"), 2, 0);
-  raw.update(a.data(), 0, nullptr);
-  raw.update(b.data(), 5, nullptr);
+  raw.update(ControlInput::of_features(a.data()), 0, nullptr);
+  raw.update(ControlInput::of_features(b.data()), 5, nullptr);
   EXPECT_EQ(raw.feature_ema(), b);
 }
 
 TEST(ControllerLayer, NonFiniteFeaturesSkipTheUpdate) {
   LayerController lc(config_for("full_adaptive"), 2, 0);
   auto x = feats({{1, 2}, {3, 4}});
-  lc.update(x.data(), 0, nullptr);
+  lc.update(ControlInput::of_features(x.data()), 0, nullptr);
   const auto ema = lc.feature_ema();
   const auto win = lc.windows();
   x[3] = std::nan("");
   nlohmann::json t;
-  lc.update(x.data(), 5, &t);
+  lc.update(ControlInput::of_features(x.data()), 5, &t);
   EXPECT_EQ(lc.feature_ema(), ema);
   EXPECT_EQ(lc.windows(), win);
   EXPECT_TRUE(t.contains("skipped"));
@@ -723,7 +723,7 @@ TEST(ControllerRegimes, GroupingOffHasNoUpperLevels) {
   Rng rng(2);
   for (int s = 0; s < 3; s++) {
     const auto x = random_feats(8, rng);
-    lc.update(x.data(), s * 5, nullptr);
+    lc.update(ControlInput::of_features(x.data()), s * 5, nullptr);
     EXPECT_EQ(lc.levels_used(), 1);
     EXPECT_EQ(lc.hierarchy().levels[0].size(), 8);
     EXPECT_EQ(lc.hierarchy().levels[0].parent, std::vector<int>(8, -1));
@@ -743,13 +743,13 @@ TEST(ControllerRegimes, ShallowFreezeKeepsTopology) {
   ControllerConfig moving = frozen;
   moving.topology = TopologyMode::recompute;
   LayerController f(frozen, 4, 0), m(moving, 4, 0);
-  f.update(kA.data(), 0, nullptr);
-  m.update(kA.data(), 0, nullptr);
+  f.update(ControlInput::of_features(kA.data()), 0, nullptr);
+  m.update(ControlInput::of_features(kA.data()), 0, nullptr);
   EXPECT_EQ(f.hierarchy().levels[0].members, (HeadPartition{{0, 1}, {2, 3}}));
   EXPECT_EQ(f.levels_used(), 1);
   for (int s = 1; s <= 3; s++) {
-    f.update(kB.data(), 5 * s, nullptr);
-    m.update(kB.data(), 5 * s, nullptr);
+    f.update(ControlInput::of_features(kB.data()), 5 * s, nullptr);
+    m.update(ControlInput::of_features(kB.data()), 5 * s, nullptr);
     EXPECT_EQ(f.hierarchy().levels[0].members, (HeadPartition{{0, 1}, {2, 3}}));
     EXPECT_EQ(m.hierarchy().levels[0].members, (HeadPartition{{0, 2}, {1, 3}}));
     // Group features follow the current features: group {0,1} under B = mean(e0, e1) = (0.5, 0.5).
@@ -770,13 +770,13 @@ TEST(ControllerRegimes, DeepReuseKeepsLevel0AndRebuildsUpperLevels) {
   const auto B = feats({{1}, {1}, {0, 1}, {0, 1}, {1, 0, 0, 0, 0, 0.05}, {1, 0, 0, 0, 0, 0.05}, {0, 0, 0, 1}, {0, 0, 0, 1}});
   LayerController reuse(config_for("deep_reuse+no_feature_ema"), 8, 0);
   LayerController adaptive(config_for("full_adaptive+no_feature_ema"), 8, 0);
-  reuse.update(A.data(), 0, nullptr);
-  adaptive.update(A.data(), 0, nullptr);
+  reuse.update(ControlInput::of_features(A.data()), 0, nullptr);
+  adaptive.update(ControlInput::of_features(A.data()), 0, nullptr);
   const HeadPartition l0 = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
   EXPECT_EQ(reuse.hierarchy().levels[0].members, l0);
   EXPECT_EQ(reuse.hierarchy().levels[1].members, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
-  reuse.update(B.data(), 5, nullptr);
-  adaptive.update(B.data(), 5, nullptr);
+  reuse.update(ControlInput::of_features(B.data()), 5, nullptr);
+  adaptive.update(ControlInput::of_features(B.data()), 5, nullptr);
   EXPECT_EQ(reuse.hierarchy().levels[0].members, l0);
   EXPECT_EQ(reuse.hierarchy().levels[1].members, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
   EXPECT_EQ(adaptive.hierarchy().levels[0].members, (HeadPartition{{0, 1, 4, 5}, {2, 3}, {6, 7}}));
@@ -793,20 +793,20 @@ TEST(ControllerRegimes, DeepReuseCachesLevel0FromReuseCacheStep) {
   ControllerConfig late = first;
   late.reuse_cache_step = 3;  // updates at 0, 5, 10: the first at or after 3 is step 5
   LayerController f(first, 8, 0), l(late, 8, 0);
-  f.update(A.data(), 0, nullptr);
-  l.update(A.data(), 0, nullptr);
+  f.update(ControlInput::of_features(A.data()), 0, nullptr);
+  l.update(ControlInput::of_features(A.data()), 0, nullptr);
   EXPECT_TRUE(f.topology_cached());
   EXPECT_FALSE(l.topology_cached());
   EXPECT_EQ(l.hierarchy().levels[0].members, partA);
   nlohmann::json t;
-  f.update(B.data(), 5, nullptr);
-  l.update(B.data(), 5, &t);
+  f.update(ControlInput::of_features(B.data()), 5, nullptr);
+  l.update(ControlInput::of_features(B.data()), 5, &t);
   EXPECT_EQ(t["topology"], "recomputed");  // level 0 of step 5 computed from B, then cached
   EXPECT_TRUE(l.topology_cached());
   EXPECT_EQ(f.hierarchy().levels[0].members, partA);
   EXPECT_EQ(l.hierarchy().levels[0].members, partB);
-  f.update(A.data(), 10, nullptr);
-  l.update(A.data(), 10, &t);
+  f.update(ControlInput::of_features(A.data()), 10, nullptr);
+  l.update(ControlInput::of_features(A.data()), 10, &t);
   EXPECT_EQ(t["topology"], "level0_cached");
   EXPECT_EQ(f.hierarchy().levels[0].members, partA);
   EXPECT_EQ(l.hierarchy().levels[0].members, partB);  // kept from step 5, not recomputed from A
@@ -820,7 +820,7 @@ TEST(ControllerRegimes, FixedRandomGroupingIsKept) {
   HeadPartition first;
   for (int s = 0; s < 4; s++) {
     const auto x = random_feats(8, rng);
-    lc.update(x.data(), 5 * s, nullptr);
+    lc.update(ControlInput::of_features(x.data()), 5 * s, nullptr);
     const HeadPartition p = lc.hierarchy().levels[0].members;
     if (s == 0) first = p;
     EXPECT_EQ(p, first);
@@ -841,6 +841,23 @@ TEST(ControllerRegimes, FixedRandomGroupingIsKept) {
   for (uint64_t seed = 0; seed < 20; seed++) EXPECT_EQ(level0_random_partition(3, 2, seed).size(), 2u);
 }
 
+// The control input is typed: each policy reads its one measurement, and a measurement it does not read is refused
+// (it would be silently ignored), as is a missing one.
+TEST(ControllerRegimes, APolicyRefusesAMeasurementItDoesNotRead) {
+  const std::vector<double> x(size_t(8) * kControllerFeatures, 0.5), m(size_t(8) * 4, 0.5);
+  Controller features(config_for("full_adaptive"), 2, 8), coverage(config_for("coverage"), 2, 8),
+      copy(config_for("copy_budget_500"), 2, 8), random(config_for("random_window"), 2, 8);
+  EXPECT_THROW(features.update(0, ControlInput::of_mass(m.data()), 0), Error);
+  EXPECT_THROW(features.update(0, ControlInput{}, 0), Error);
+  EXPECT_NO_THROW(features.update(0, ControlInput::of_features(x.data()), 0));
+  EXPECT_THROW(coverage.update(0, ControlInput::of_features(x.data()), 0), Error);
+  EXPECT_NO_THROW(coverage.update(0, ControlInput::of_mass(m.data()), 0));
+  EXPECT_THROW(copy.update(0, ControlInput::of_mass(m.data()), 0), Error);
+  EXPECT_NO_THROW(copy.update(0, ControlInput::of_use(m.data()), 0));
+  EXPECT_THROW(random.update(0, ControlInput::of_use(m.data()), 0), Error);
+  EXPECT_NO_THROW(random.update(0, ControlInput{}, 0));
+}
+
 TEST(ControllerRegimes, WindowPolicies) {
   Rng rng(4);
   const auto x = random_feats(8, rng);
@@ -849,13 +866,13 @@ TEST(ControllerRegimes, WindowPolicies) {
     EXPECT_FALSE(full.is_update_step(0));
     Controller off(config_for("control_off"), 2, 8);
     for (int s = 0; s < 20; s++)
-      for (int l = 0; l < 2; l++) EXPECT_EQ(off.update(l, x.data(), s), std::vector<int>(8, 32));
+      for (int l = 0; l < 2; l++) EXPECT_EQ(off.update(l, ControlInput{}, s), std::vector<int>(8, 32));
     EXPECT_DOUBLE_EQ(off.acr(), 1.0);
   }
   {  // fixed W: every head W, before and after updates.
     Controller fixed(config_for("fixed_window_8"), 2, 8);
     EXPECT_EQ(fixed.windows(1), std::vector<int>(8, 8));
-    fixed.layer(1).update(nullptr, 0, nullptr);
+    fixed.layer(1).update(ControlInput{}, 0, nullptr);
     EXPECT_EQ(fixed.windows(1), std::vector<int>(8, 8));
     EXPECT_DOUBLE_EQ(fixed.acr(), 0.25);
   }
@@ -868,8 +885,8 @@ TEST(ControllerRegimes, WindowPolicies) {
     std::set<std::vector<int>> seen;
     for (int s = 0; s < 30; s++) {
       const auto before = r1.windows(0);
-      const auto& w = r1.update(0, nullptr, s);
-      EXPECT_EQ(w, r2.update(0, nullptr, s));
+      const auto& w = r1.update(0, ControlInput{}, s);
+      EXPECT_EQ(w, r2.update(0, ControlInput{}, s));
       if (s % 5 != 0) {
         EXPECT_EQ(w, before);
       }
@@ -878,9 +895,9 @@ TEST(ControllerRegimes, WindowPolicies) {
     }
     EXPECT_GE(seen.size(), 5u);  // 6 updates of 8 heads over 4 windows: all equal has probability ~4^-40
     Controller r3(config_for("random_window", {4, 8, 16, 32}, 8), 1, 8);
-    r3.update(0, nullptr, 0);
+    r3.update(0, ControlInput{}, 0);
     Controller r4(config_for("random_window", {4, 8, 16, 32}, 7), 1, 8);
-    r4.update(0, nullptr, 0);
+    r4.update(0, ControlInput{}, 0);
     EXPECT_NE(r3.windows(0), r4.windows(0));
   }
 }
@@ -892,7 +909,7 @@ TEST(ControllerRegimes, ShufflePostSelectPermutesWindows) {
   std::set<std::vector<int>> orders;
   const std::multiset<int> expect = {4, 8, 16, 32, 4, 8, 16, 32};
   for (int s = 0; s < 50; s += 5) {
-    const auto& w = c.update(0, nullptr, s);
+    const auto& w = c.update(0, ControlInput{}, s);
     EXPECT_EQ(std::multiset<int>(w.begin(), w.end()), expect);
     orders.insert(w);
   }
@@ -902,7 +919,7 @@ TEST(ControllerRegimes, ShufflePostSelectPermutesWindows) {
   LayerController plain(config_for("full_adaptive"), 8, 0), shuf(config_for("full_adaptive+shuffle_post_select"), 8, 0);
   for (int s = 0; s < 5; s++) {
     const auto x = random_feats(8, rng);
-    const auto a = plain.update(x.data(), 5 * s, nullptr), b = shuf.update(x.data(), 5 * s, nullptr);
+    const auto a = plain.update(ControlInput::of_features(x.data()), 5 * s, nullptr), b = shuf.update(ControlInput::of_features(x.data()), 5 * s, nullptr);
     EXPECT_EQ(std::multiset<int>(a.begin(), a.end()), std::multiset<int>(b.begin(), b.end()));
     EXPECT_EQ(plain.resolution_index(), shuf.resolution_index());  // the EMA state is not shuffled
   }
@@ -931,7 +948,7 @@ TEST(ControllerSchedule, IntervalFreezeAndCachedWindows) {
     const auto x = random_feats(4, rng);
     const auto before = c.windows(0);
     const auto ema = c.layer(0).feature_ema();
-    c.update(0, x.data(), step);
+    c.update(0, ControlInput::of_features(x.data()), step);
     if (step % 5 != 0) {
       EXPECT_EQ(c.windows(0), before);
       EXPECT_EQ(c.layer(0).feature_ema(), ema);
@@ -950,7 +967,7 @@ TEST(ControllerDeterminism, SameSeedSameWindowsDifferentSeedDifferentScorers) {
     for (int step = 0; step < 40; step++)
       for (int l = 0; l < 3; l++) {
         const auto x = random_feats(8, rng);
-        out.push_back(c.update(l, x.data(), step));
+        out.push_back(c.update(l, ControlInput::of_features(x.data()), step));
       }
     return std::make_pair(out, c.layer(0).scorers().base.fc1.weight);
   };
@@ -984,7 +1001,7 @@ TEST(ControllerStats, AcrPairRatioBucketsLevels) {
   Rng rng(1);
   for (int l = 0; l < 2; l++) {
     const auto x = random_feats(4, rng);
-    s.update(l, x.data(), 0);
+    s.update(l, ControlInput::of_features(x.data()), 0);
   }
   EXPECT_EQ(s.levels_used(), (std::vector<int>{1, 1}));
   EXPECT_DOUBLE_EQ(s.mean_levels_used(), 1.0);
@@ -1000,7 +1017,7 @@ TEST(ControllerTrace, RecomputesEveryDecision) {
   nlohmann::json t;
   for (int s = 0; s < 3; s++) {
     const auto x = random_feats(8, rng);
-    lc.update(x.data(), 5 * s, &t);
+    lc.update(ControlInput::of_features(x.data()), 5 * s, &t);
   }
   for (const char* k : {"step", "layer", "raw_features", "smoothed_features", "level0_groups", "levels", "pairs",
                         "head_choice", "resolution_prev", "resolution", "windows"})
@@ -1079,6 +1096,11 @@ TEST(ControllerTrace, RecomputesEveryDecision) {
 // State
 // ============================================================================================================
 
+// The features as a control input for a policy that reads them; nothing for one that does not (random windows).
+ControlInput features_if_read(const Controller& c, const std::vector<double>& x) {
+  return c.needs_features() ? ControlInput::of_features(x.data()) : ControlInput{};
+}
+
 TEST(ControllerState, SaveLoadContinuesIdentically) {
   for (const std::string regime : {"full_adaptive", "shallow_freeze", "deep_reuse", "fixed_random_grouping",
                                    "grouping_off", "random_window", "full_adaptive+shuffle_post_select"}) {
@@ -1091,7 +1113,7 @@ TEST(ControllerState, SaveLoadContinuesIdentically) {
     for (; step < 12; step++)
       for (int l = 0; l < 2; l++) {
         const auto x = random_feats(8, rng);
-        a.update(l, x.data(), step);
+        a.update(l, features_if_read(a, x), step);
       }
     {
       SafetensorsWriter w;
@@ -1112,9 +1134,9 @@ TEST(ControllerState, SaveLoadContinuesIdentically) {
     for (; step < 40; step++)
       for (int l = 0; l < 2; l++) {
         const auto x = random_feats(8, rng);
-        const auto wa = a.update(l, x.data(), step);
-        const auto wb = b.update(l, x.data(), step);
-        const auto wf = fresh.update(l, x.data(), step);
+        const auto wa = a.update(l, features_if_read(a, x), step);
+        const auto wb = b.update(l, features_if_read(b, x), step);
+        const auto wf = fresh.update(l, features_if_read(fresh, x), step);
         EXPECT_EQ(wa, wb) << "step " << step << " layer " << l;
         if (cfg.policy == WindowPolicy::controller) {
           EXPECT_EQ(a.layer(l).feature_ema(), b.layer(l).feature_ema());
@@ -1137,7 +1159,7 @@ TEST(ControllerState, MismatchesAndCorruptionAreErrors) {
   Rng rng(1);
   for (int l = 0; l < 2; l++) {
     const auto x = random_feats(4, rng);
-    a.update(l, x.data(), 0);
+    a.update(l, ControlInput::of_features(x.data()), 0);
   }
   {
     SafetensorsWriter w;

@@ -167,11 +167,11 @@ TEST(CopyUse, ControllerDecidesFromEvidenceAndRestoresIt) {
   // layer 0: head 0 uses far context (beyond 8, 16, 32), head 1 none; layer 1: nothing
   const std::vector<double> use0 = {1.0, 0.8, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0}, use1(8, 0.0);
   nlohmann::json t0;
-  EXPECT_EQ(c.update(0, use0.data(), 0, &t0), (std::vector<int>{64, 64}));  // first update: windows kept
+  EXPECT_EQ(c.update(0, ControlInput::of_use(use0.data()), 0, &t0), (std::vector<int>{64, 64}));  // first update: windows kept
   EXPECT_FALSE(t0.contains("choice"));
-  c.update(1, use1.data(), 0);
+  c.update(1, ControlInput::of_use(use1.data()), 0);
   nlohmann::json t1;
-  EXPECT_EQ(c.update(0, use1.data(), 5, &t1), (std::vector<int>{64, 8}));
+  EXPECT_EQ(c.update(0, ControlInput::of_use(use1.data()), 5, &t1), (std::vector<int>{64, 8}));
   EXPECT_EQ(t1["choice"], (std::vector<int>{3, 0, 0, 0}));
   EXPECT_EQ(c.windows(1), (std::vector<int>{8, 8}));
   EXPECT_NEAR(t1["evidence"][0].get<double>(), 0.9, 1e-12);  // max(0, 0.9 x 1.0) after this update's zero use
@@ -183,9 +183,9 @@ TEST(CopyUse, ControllerDecidesFromEvidenceAndRestoresIt) {
   }
   Controller d(cfg, 2, 2);
   d.load(SafetensorsReader(tmp.path + "/state.safetensors"));
-  c.update(1, use1.data(), 5), d.update(1, use1.data(), 5);
+  c.update(1, ControlInput::of_use(use1.data()), 5), d.update(1, ControlInput::of_use(use1.data()), 5);
   nlohmann::json a, b;
-  c.update(0, use1.data(), 10, &a), d.update(0, use1.data(), 10, &b);
+  c.update(0, ControlInput::of_use(use1.data()), 10, &a), d.update(0, ControlInput::of_use(use1.data()), 10, &b);
   EXPECT_EQ(a.dump(), b.dump());
   // the policy needs its budget
   ControllerConfig none = cfg;
@@ -203,9 +203,9 @@ TEST(CopyUse, ShuffledControlDecidesOnAnotherHeadsEvidence) {
   EXPECT_TRUE(cfg.copy_shuffle);
   Controller c(cfg, 2, 2);
   const std::vector<double> use0 = {1.0, 0.8, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0}, use1(8, 0.0);
-  c.update(0, use0.data(), 0), c.update(1, use1.data(), 0);
+  c.update(0, ControlInput::of_use(use0.data()), 0), c.update(1, ControlInput::of_use(use1.data()), 0);
   nlohmann::json t;
-  c.update(0, use1.data(), 5, &t);
+  c.update(0, ControlInput::of_use(use1.data()), 5, &t);
   const std::vector<int> perm = t["copy_permutation"];
   ASSERT_EQ(perm.size(), 4u);
   std::vector<int> sorted = perm;
@@ -217,7 +217,7 @@ TEST(CopyUse, ShuffledControlDecidesOnAnotherHeadsEvidence) {
   for (int h = 0; h < 4; h++)
     if (h != reader) EXPECT_EQ(t["choice"][h], 0);
   nlohmann::json t2;
-  c.update(1, use1.data(), 5), c.update(0, use1.data(), 10, &t2);
+  c.update(1, ControlInput::of_use(use1.data()), 5), c.update(0, ControlInput::of_use(use1.data()), 10, &t2);
   EXPECT_EQ(t2["copy_permutation"], t["copy_permutation"]);  // drawn once
   ControllerConfig wrong;
   wrong.windows = {8, 16, 32, 64};
@@ -441,7 +441,7 @@ TEST(CopyUse, OnceControllerDecidesOnTheRowsAndRestoresThem) {
     for (int l = 0; l < L; l++) {
       ctl.add_copy_queries(l, pq[size_t(l)].data(), 1, T);
       const std::vector<double> u = use_of(l);
-      ctl.update(l, u.data(), s, l == 0 ? t0 : nullptr);
+      ctl.update(l, ControlInput::of_use(u.data()), s, l == 0 ? t0 : nullptr);
     }
   };
   step(c, 0, nullptr);

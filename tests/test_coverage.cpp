@@ -167,7 +167,7 @@ TEST(CoverageDecision, SmallestWindowReachingTheCoverage) {
   EXPECT_EQ(lc.windows(), (std::vector<int>{4096, 4096, 4096}));
   const std::vector<double> m = rows({near, at1000, far});
   nlohmann::json t;
-  lc.update(m.data(), 0, &t);
+  lc.update(ControlInput::of_mass(m.data()), 0, &t);
   EXPECT_EQ(lc.windows(), (std::vector<int>{512, 1024, 4096}));
   EXPECT_GE(lc.windows()[1], 1024);
   EXPECT_EQ(t["policy"], "coverage");
@@ -177,12 +177,12 @@ TEST(CoverageDecision, SmallestWindowReachingTheCoverage) {
   EXPECT_EQ(t["coverage"], 0.95);
   // A far head turning near moves through the EMA: round(0.15 * 3 + 0.85 * 1) = round(1.3) = 1.
   const std::vector<double> m2 = rows({near, near, at1000});
-  lc.update(m2.data(), 5, &t);
+  lc.update(ControlInput::of_mass(m2.data()), 5, &t);
   EXPECT_EQ(lc.resolution_index(), (std::vector<int>{0, 0, 1}));
   // Non-finite mass skips the update.
   std::vector<double> bad = m2;
   bad[4] = NAN;
-  lc.update(bad.data(), 10, &t);
+  lc.update(ControlInput::of_mass(bad.data()), 10, &t);
   EXPECT_EQ(t["skipped"], "non-finite attention mass");
   EXPECT_EQ(lc.resolution_index(), (std::vector<int>{0, 0, 1}));
   EXPECT_EQ(lc.updates_done(), 2);
@@ -238,7 +238,7 @@ TEST(CoverageDecision, PairBudgetGreedyByMassPerPair) {
   c.pair_budget = 0.5;
   Controller ctl(c, 1, 2);
   nlohmann::json t;
-  ctl.update(0, m.data(), 0, &t);
+  ctl.update(0, ControlInput::of_mass(m.data()), 0, &t);
   EXPECT_EQ(ctl.windows(0), (std::vector<int>{8, 8}));
   EXPECT_EQ(t["pair_budget"], 0.5);
   EXPECT_NEAR(ctl.exact_pair_ratio(32), 456.0 / 1056.0, 1e-15);
@@ -256,7 +256,7 @@ TEST(CoverageTrace, RecomputesEveryDecision) {
       m.insert(m.end(), {a, b, c, 1.0});
     }
     nlohmann::json t;
-    lc.update(m.data(), 5 * s, &t);
+    lc.update(ControlInput::of_mass(m.data()), 5 * s, &t);
     const double cov = t["coverage"];
     const std::vector<int> cand = t["windows_candidates"];
     for (int h = 0; h < 6; h++) {
@@ -275,7 +275,7 @@ TEST(CoverageTrace, RecomputesEveryDecision) {
   LayerController tail(config_for("coverage+coverage_tail_20"), 2, 0);
   const std::vector<double> m = {0.1, 0.5, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0};
   nlohmann::json t;
-  tail.update(m.data(), 0, &t);
+  tail.update(ControlInput::of_mass(m.data()), 0, &t);
   EXPECT_DOUBLE_EQ(t["coverage_tail"].get<double>(), 0.02);
   EXPECT_EQ(t["head_choice"], (std::vector<int>{3, 0}));
 }
@@ -294,7 +294,7 @@ TEST(CoverageState, SaveLoadContinuesIdentically) {
     return m;
   };
   for (int step = 0; step < 12; step += 2)
-    for (int l = 0; l < 2; l++) a.update(l, masses().data(), step);
+    for (int l = 0; l < 2; l++) a.update(l, ControlInput::of_mass(masses().data()), step);
   {
     SafetensorsWriter w;
     a.save(w);
@@ -305,7 +305,7 @@ TEST(CoverageState, SaveLoadContinuesIdentically) {
   for (int step = 12; step < 30; step++)
     for (int l = 0; l < 2; l++) {
       const auto m = masses();
-      EXPECT_EQ(a.update(l, m.data(), step), b.update(l, m.data(), step));
+      EXPECT_EQ(a.update(l, ControlInput::of_mass(m.data()), step), b.update(l, ControlInput::of_mass(m.data()), step));
       EXPECT_EQ(a.layer(l).resolution_index(), b.layer(l).resolution_index());
     }
 }
@@ -327,7 +327,7 @@ TEST(DeepReuseCacheStep, InTraceAndState) {
   for (int step = 0; step <= 10; step += 5)
     for (int l = 0; l < 2; l++) {
       nlohmann::json t;
-      a.update(l, feats().data(), step, &t);
+      a.update(l, ControlInput::of_features(feats().data()), step, &t);
       if (l == 0) seen.push_back(t);
     }
   EXPECT_TRUE(seen[0]["level0_cache_step"].is_null());
@@ -337,7 +337,7 @@ TEST(DeepReuseCacheStep, InTraceAndState) {
   // Not in other regimes' traces.
   LayerController sf(config_for("shallow_freeze"), 8, 0);
   nlohmann::json t;
-  sf.update(feats().data(), 0, &t);
+  sf.update(ControlInput::of_features(feats().data()), 0, &t);
   EXPECT_FALSE(t.contains("level0_cache_step"));
   // The state keeps it; loading gives it back.
   {
@@ -369,7 +369,7 @@ TEST(DeepReuseCacheStep, InTraceAndState) {
   EXPECT_EQ(c.layer(1).level0_cache_step(), 10);
   // Before the cache: -1 in the state.
   Controller d(cfg, 2, 8);
-  for (int l = 0; l < 2; l++) d.update(l, feats().data(), 0);
+  for (int l = 0; l < 2; l++) d.update(l, ControlInput::of_features(feats().data()), 0);
   {
     SafetensorsWriter w;
     d.save(w);

@@ -241,6 +241,15 @@ void LayerController::apply_choice(const std::vector<int>& c, int step, nlohmann
 }
 
 // Policy coverage (spec section 10): c_h = the smallest k with m_h(W_k) >= coverage, or the pair-budget choice.
+// A measurement the policy does not read is a caller's mistake (it would be silently ignored): refused.
+static void check_input_fields(const ControlInput& in, WindowPolicy policy) {
+  const bool reads_features = policy == WindowPolicy::controller, reads_mass = policy == WindowPolicy::coverage,
+             reads_use = policy == WindowPolicy::copy;
+  AAH_CHECK((in.features == nullptr || reads_features) && (in.mass == nullptr || reads_mass) &&
+                (in.use == nullptr || reads_use),
+            "[controller] policy ", window_policy_name(policy), " was given a measurement it does not read");
+}
+
 const std::vector<int>& LayerController::update_coverage(const double* mass, int step, nlohmann::json* trace) {
   AAH_CHECK(mass != nullptr, "[controller] update needs the attention mass under policy coverage");
   for (size_t i = 0; i < size_t(H_) * K_; i++)
@@ -281,12 +290,14 @@ const std::vector<int>& LayerController::update_coverage(const double* mass, int
 //   windows (H) in force; with shuffle_post_select also windows_before_shuffle and shuffle_permutation (H):
 //   head h takes the window of head shuffle_permutation[h].
 //   skipped: reason, when the update was skipped (non-finite features)
-const std::vector<int>& LayerController::update(const double* raw, int step, nlohmann::json* trace) {
+const std::vector<int>& LayerController::update(const ControlInput& input, int step, nlohmann::json* trace) {
+  check_input_fields(input, cfg_.policy);
+  const double* raw = input.features;
   if (trace) {
     *trace = {{"step", step}, {"layer", layer_}, {"regime", cfg_.regime},
               {"policy", window_policy_name(cfg_.policy)}, {"windows_candidates", cfg_.windows}};
   }
-  if (cfg_.policy == WindowPolicy::coverage) return update_coverage(raw, step, trace);
+  if (cfg_.policy == WindowPolicy::coverage) return update_coverage(input.mass, step, trace);
   if (cfg_.policy != WindowPolicy::controller) {
     set_policy_windows(step);
     if (cfg_.shuffle_post_select) shuffle_windows(step, trace);
@@ -377,10 +388,11 @@ bool Controller::is_update_step(int step) const {
   return true;
 }
 
-const std::vector<int>& Controller::update(int l, const double* raw, int step, nlohmann::json* trace) {
+const std::vector<int>& Controller::update(int l, const ControlInput& input, int step, nlohmann::json* trace) {
+  check_input_fields(input, cfg_.policy);
   if (!is_update_step(step)) return windows(l);
-  if (cfg_.policy == WindowPolicy::copy) return update_copy(l, raw, step, trace);
-  return layers_.at(l).update(raw, step, trace);
+  if (cfg_.policy == WindowPolicy::copy) return update_copy(l, input.use, step, trace);
+  return layers_.at(l).update(input, step, trace);
 }
 
 // Trace line (policy copy): step, layer, use (H, K) as measured, evidence (H, K) after it joined, budget, decay, and

@@ -97,17 +97,28 @@ struct ControllerDecision {
 ControllerDecision controller_decide(const Hierarchy& hier, const Scorers& scorers, bool joint_scorer,
                                      bool parent_clamp);
 
+// What one control update reads. The policy decides which measurement that is, and exactly that field is set
+// (Controller::needs_features / needs_mass / needs_copy_use say which); the policies that measure nothing (fixed,
+// random, shuffles of them) read none. A field the policy does not read is an error, not ignored.
+struct ControlInput {
+  const double* features = nullptr;  // (H, 9) raw head features (features.h): policy controller
+  const double* mass = nullptr;      // (H, K) attention mass within each candidate window (coverage.h): policy coverage
+  const double* use = nullptr;       // (H, K) use beyond each candidate window (copy_use.h): policy copy
+  static ControlInput of_features(const double* f) { return {f, nullptr, nullptr}; }
+  static ControlInput of_mass(const double* m) { return {nullptr, m, nullptr}; }
+  static ControlInput of_use(const double* u) { return {nullptr, nullptr, u}; }
+};
+
 // ---- one attention layer ----
 class LayerController {
  public:
   LayerController(const ControllerConfig& cfg, int num_heads, int layer);
 
-  // One control update at `step` from the policy's input: raw features (H, 9) under policy controller, the
-  // attention mass within each candidate window (H, K) (coverage.h) under policy coverage, nullptr allowed for the
-  // others. Returns the per-head execution windows, which stay cached until the next update. If `trace` is non-null
+  // One control update at `step` from the policy's input (ControlInput; policy copy is decided for the whole model by
+  // Controller::update, not here). Returns the per-head execution windows, which stay cached until the next update. If `trace` is non-null
   // it is set to one JSON object describing the update (fields in controller.cpp, before update()). A non-finite
   // input skips the update (state and windows unchanged; the trace says so).
-  const std::vector<int>& update(const double* input, int step, nlohmann::json* trace);
+  const std::vector<int>& update(const ControlInput& input, int step, nlohmann::json* trace);
 
   const std::vector<int>& windows() const { return windows_; }          // (H) W_h in force
   void set_windows(const std::vector<int>& w) { windows_ = w; }         // policy copy: decided for the whole model
@@ -186,9 +197,9 @@ class Controller {
   // from that update on; 1 for every other policy. `aah bench train` times the controller there.
   int evidence_updates() const;
 
-  // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` as for
-  // LayerController::update.
-  const std::vector<int>& update(int layer, const double* input, int step, nlohmann::json* trace = nullptr);
+  // Runs layer l's update if is_update_step(step); otherwise returns the cached windows unchanged. `input` holds
+  // what the policy reads (ControlInput).
+  const std::vector<int>& update(int layer, const ControlInput& input, int step, nlohmann::json* trace = nullptr);
   LayerController& layer(int l) { return layers_.at(l); }
   const LayerController& layer(int l) const { return layers_.at(l); }
   const std::vector<int>& windows(int l) const { return layers_.at(l).windows(); }

@@ -49,7 +49,7 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
   model_.before_attention = [this](int l, const float* q, const float* k, const float* v, int B, int T, int* win) {
     if (!update_now_) return;
     const double t0 = now_seconds();
-    const double* raw = nullptr;
+    ControlInput input;
     if (controller_.needs_features()) {
       const double *ent = diag_.data() + size_t(l) * H_, *onorm = diag_.data() + size_t(L_ + l) * H_,
                    *usage = diag_.data() + size_t(2 * L_ + l) * H_;
@@ -64,18 +64,18 @@ WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
       } else {
         controller_head_features(features_.data(), q, k, v, B, H_, Hkv_, T, D_, ent, onorm, usage);
       }
-      raw = features_.data();
+      input.features = features_.data();
     }
     if (controller_.needs_mass()) {
       measure_mass(q, k, B, T);
-      raw = mass_.data();
+      input.mass = mass_.data();
     }
     if (controller_.needs_copy_use()) {
       measure_copy_use(l, q, k, v, B, T);
-      raw = use_.data();
+      input.use = use_.data();
     }
     nlohmann::json tr;
-    const std::vector<int>& w = controller_.update(l, raw, step_, trace_ ? &tr : nullptr);
+    const std::vector<int>& w = controller_.update(l, input, step_, trace_ ? &tr : nullptr);
     std::copy(w.begin(), w.end(), win);
     if (trace_) {  // every line checked: a full disk or a file-size limit is an error, not a short trace
       const std::string line = tr.dump() + "\n";
