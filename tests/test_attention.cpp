@@ -18,8 +18,9 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
+#include "kernels/ref/ref.h"
 #include "kernels/decode.h"
-#include "kernels/dispatch.h"
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 
 namespace aah {
@@ -688,10 +689,11 @@ TEST(AttnLocal, RejectsBadArguments) {
   EXPECT_THROW(e.backward_fast(), Error);
 }
 
-// The one dispatch (kernels/dispatch.h): each AttnImpl runs its kernel (the same work counters and, for the fast
-// kernels, bitwise the same results as a direct call; the reference template may contract differently in another
-// translation unit); names round-trip; double runs the reference only.
-TEST(AttnDispatch, EachImplRunsItsKernel) {
+// The backend table (kernels/backend.h): each named float backend's attention runs its kernel (the same work
+// counters and, for the fast kernels, bitwise the same results as a direct call; the reference template may contract
+// differently in another translation unit); names round-trip, an unknown one is an error; the double backend is the
+// reference.
+TEST(Backend, EachBackendRunsItsAttentionKernel) {
   const int B = 2, H = 4, Hkv = 2, T = 70, D = 16;
   const std::vector<int> window = {70, 5, 1, 64};
   const size_t nq = size_t(B) * H * T * D, nk = size_t(B) * Hkv * T * D, nl = size_t(B) * H * T;
@@ -708,34 +710,33 @@ TEST(AttnDispatch, EachImplRunsItsKernel) {
              v.data(), window.data(), B, H, Hkv, T, D, &o.c);
     return o;
   };
-  for (AttnImpl impl : {AttnImpl::local, AttnImpl::dense, AttnImpl::ref}) {
-    SCOPED_TRACE(attn_impl_name(impl));
-    const Out via = run([&](auto... a) { attention_forward(impl, a...); },
-                        [&](auto... a) { attention_backward(impl, a...); });
+  for (const std::string name : {"local", "dense", "ref"}) {
+    SCOPED_TRACE(name);
+    const Backend<float>& be = backend_named(name);
+    EXPECT_EQ(be.name, name);
+    const Out via = run(be.attention_forward, be.attention_backward);
     const Out direct =
-        impl == AttnImpl::local   ? run([](auto... a) { cpu::attn_local_forward(a...); },
-                                        [](auto... a) { cpu::attn_local_backward(a...); })
-        : impl == AttnImpl::dense ? run([](auto... a) { cpu::attn_dense_forward(a...); },
-                                        [](auto... a) { cpu::attn_dense_backward(a...); })
-                                  : run([](auto... a) { ref::attn_local_forward<float>(a...); },
-                                        [](auto... a) { ref::attn_local_backward<float>(a...); });
+        name == "local"
+            ? run([](auto... a) { cpu::attn_local_forward(a...); }, [](auto... a) { cpu::attn_local_backward(a...); })
+        : name == "dense"
+            ? run([](auto... a) { cpu::attn_dense_forward(a...); }, [](auto... a) { cpu::attn_dense_backward(a...); })
+            : run([](auto... a) { ref::attn_local_forward<float>(a...); },
+                  [](auto... a) { ref::attn_local_backward<float>(a...); });
     EXPECT_EQ(via.c.fwd_pairs_computed, direct.c.fwd_pairs_computed);
     EXPECT_EQ(via.c.fwd_tiles_visited, direct.c.fwd_tiles_visited);
     EXPECT_EQ(via.c.bwd_pairs_computed, direct.c.bwd_pairs_computed);
     EXPECT_EQ(via.c.macs, direct.c.macs);
-    if (impl != AttnImpl::ref) {
+    if (name != "ref") {
       EXPECT_TRUE(via.out == direct.out && via.lse == direct.lse);
       EXPECT_TRUE(via.dq == direct.dq && via.dk == direct.dk && via.dv == direct.dv);
     }
     EXPECT_LT(attn_scaled_error(via.out, attn_to_double(direct.out)), 1e-6);
     EXPECT_LT(attn_scaled_error(via.dq, attn_to_double(direct.dq)), 1e-6);
-    EXPECT_EQ(attn_impl_from_name(attn_impl_name(impl)), impl);
   }
-  EXPECT_THROW(attn_impl_from_name("flash"), Error);
-  std::vector<double> qd(nq), kd(nk), vd(nk), od(nq), ld(nl);
-  EXPECT_THROW(attention_forward(AttnImpl::local, od.data(), ld.data(), qd.data(), kd.data(), vd.data(),
-                                 window.data(), B, H, Hkv, T, D, nullptr, nullptr),
-               Error);
+  EXPECT_THROW(backend_named("flash"), Error);
+  EXPECT_EQ(std::string(backend_default<float>().name), "local");
+  EXPECT_EQ(std::string(backend_ref_double().name), "ref");
+  EXPECT_EQ(backend_default<double>().attention_forward, &ref::attn_local_forward<double>);
 }
 
 }  // namespace

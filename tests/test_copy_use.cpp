@@ -14,6 +14,7 @@
 #include "controller/copy_use.h"
 #include "core/rng.h"
 #include "formats/safetensors.h"
+#include "kernels/ref/ref.h"
 #include "kernels/attention_common.h"
 #include "kernels/ref/attention.h"
 
@@ -79,7 +80,8 @@ TEST(CopyUse, MatchesTheDefinitionOnHandBuiltHeads) {
   hand_built_heads(q, k);
   const std::vector<int32_t> x = hand_built_tokens();
   std::vector<double> use(3 * kWindows.size());
-  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), int(kWindows.size()));
+  copy_use(backend_local(), use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(),
+           int(kWindows.size()));
   for (int h = 0; h < 3; h++) {
     const std::vector<float> qh(q.begin() + size_t(h) * kT * kD, q.begin() + size_t(h + 1) * kT * kD);
     const std::vector<float> kh(k.begin() + size_t(h) * kT * kD, k.begin() + size_t(h + 1) * kT * kD);
@@ -100,7 +102,7 @@ TEST(CopyUse, TheBudgetKeepsTheCopyHeadLongAndCutsTheOthers) {
   hand_built_heads(q, k);
   const std::vector<int32_t> x = hand_built_tokens();
   std::vector<double> use(3 * kWindows.size()), evidence(use.size(), 0.0);
-  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), 4);
+  copy_use(backend_local(), use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), 4);
   copy_evidence_update(evidence.data(), use.data(), int(use.size()), 0.9);
   // Budget 0.5 of the three heads' full pairs: the copy head gets 256, the diffuse and sink heads the smallest.
   EXPECT_EQ(copy_budget_choice(evidence.data(), 3, kWindows, 0.5), (std::vector<int>{3, 0, 0}));
@@ -240,7 +242,7 @@ TEST(CopyUse, OutputChangeMatchesTheReferenceAttention) {
   for (auto& x : k) x = float(rng.normal());
   for (auto& x : v) x = float(rng.normal());
   std::vector<double> change(size_t(S) * H * K);
-  output_change(change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
+  output_change(backend_local(), change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
   for (int s = 0; s < S; s++) {
     const size_t qo = size_t(s) * H * T * D, ko = size_t(s) * Hkv * T * D;
     const std::vector<double> qd(q.begin() + qo, q.begin() + qo + size_t(H) * T * D);
@@ -270,7 +272,7 @@ TEST(CopyUse, OutputChangeMatchesTheReferenceAttention) {
     }
   }
   std::fill(v.begin(), v.end(), 1.0f);  // every key's value the same: no window changes the output
-  output_change(change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
+  output_change(backend_local(), change.data(), q.data(), k.data(), v.data(), S, H, Hkv, T, D, windows.data(), K);
   for (double c : change) EXPECT_NEAR(c, 0.0, 1e-12);
 }
 
@@ -299,7 +301,8 @@ TEST(CopyUse, PerQueryUseHoldsTheTermsOfTheSum) {
   const int K = int(kWindows.size());
   std::vector<double> use(3 * K);
   std::vector<float> per_query(size_t(3) * kT * K, -1.0f);
-  copy_use(use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), K, per_query.data());
+  copy_use(backend_local(), use.data(), q.data(), k.data(), x.data(), 1, 3, 3, kT, kD, kWindows.data(), K,
+           per_query.data());
   for (int h = 0; h < 3; h++)
     for (int c = 0; c < K; c++) {
       double sum = 0;

@@ -13,6 +13,7 @@
 #include "controller/coverage.h"
 #include "core/rng.h"
 #include "formats/safetensors.h"
+#include "kernels/ref/ref.h"
 #include "kernels/ref/attention.h"
 
 using namespace aah;
@@ -49,7 +50,7 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
   for (auto& x : q) x = float(3 * rng.normal());
   for (auto& x : k) x = float(rng.normal());
   std::vector<double> mass(size_t(S) * H * K);
-  coverage_window_mass(mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K);
+  coverage_window_mass(backend_local(), mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K);
 
   std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), out(qd.size()), lse(size_t(S) * H * T);
   std::vector<int> full(H, T);
@@ -72,7 +73,7 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
   // aah.coverage_tail 0.1: per (s, h, W) the mean of the ceil(0.1 T) = 15 least per-query masses.
   const int n_tail = 15;
   std::vector<double> tail_mass(mass.size());
-  coverage_window_mass(tail_mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 0.1);
+  coverage_window_mass(backend_local(), tail_mass.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 0.1);
   double spread = 0;  // how far the windows' masses lie apart: the test must not pass on all-ones
   for (int s = 0; s < S; s++)
     for (int h = 0; h < H; h++)
@@ -97,7 +98,7 @@ TEST(CoverageMass, MatchesReferenceAttentionProbabilities) {
   EXPECT_GT(spread, 0.5);
   // tail 1 is the plain mean, bit for bit
   std::vector<double> all(mass.size());
-  coverage_window_mass(all.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 1.0);
+  coverage_window_mass(backend_local(), all.data(), q.data(), k.data(), S, H, Hkv, T, D, windows.data(), K, 1.0);
   EXPECT_EQ(all, mass);
   // The mean over sequences, in sequence order.
   std::vector<double> mean(size_t(H) * K);
@@ -124,7 +125,7 @@ TEST(CoverageMass, HandBuiltReach) {
     }
   }
   std::vector<double> mass(size_t(H) * 4);
-  coverage_window_mass(mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4);
+  coverage_window_mass(backend_local(), mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4);
   // Head 0: 20 of 100 queries look at themselves (counted by every window), 80 look 20 back (from W = 21 on).
   EXPECT_NEAR(mass[0], 0.2, 0.02);
   EXPECT_NEAR(mass[1], 0.2, 0.02);
@@ -136,13 +137,13 @@ TEST(CoverageMass, HandBuiltReach) {
   // aah.coverage_tail: the mean over the queries of least mass. Tail 0.5 (50 queries): all of them look 20 back, so
   // head 0 has ~0 below W = 21, where the plain mean said 0.2. Tail 0.9 (90): those 80 and 10 that see themselves,
   // 10 / 90. Head 1 stays ~1 everywhere.
-  coverage_window_mass(mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.5);
+  coverage_window_mass(backend_local(), mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.5);
   EXPECT_NEAR(mass[0], 0.0, 0.02);
   EXPECT_NEAR(mass[1], 0.0, 0.02);
   EXPECT_NEAR(mass[2], 1.0, 0.02);
   EXPECT_EQ(mass[3], 1.0);
   EXPECT_GT(mass[4], 0.95);
-  coverage_window_mass(mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.9);
+  coverage_window_mass(backend_local(), mass.data(), q.data(), k.data(), 1, H, 1, T, D, windows.data(), 4, 0.9);
   EXPECT_NEAR(mass[0], 10.0 / 90, 0.02);
   EXPECT_NEAR(mass[1], 10.0 / 90, 0.02);
   EXPECT_NEAR(mass[2], 1.0, 0.02);

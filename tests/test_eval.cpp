@@ -17,6 +17,7 @@
 #include "formats/safetensors.h"
 #include "data/shard.h"
 #include "data/synth.h"
+#include "kernels/ref/ref.h"
 #include "kernels/ref/attention.h"
 #include "model/weights.h"
 #include "train/train.h"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/ref/ref.h"
 #include "kernels/cpu/tile_gemm.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"

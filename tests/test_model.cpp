@@ -114,5 +114,86 @@ TEST(ModelFloat, MatchesDoubleReference) {
   }
 }
 
+// A toy backend, registered the way a new one is (one Backend filled in; kernels/backend.h): the scalar reference at
+// float, wrapped to count its calls. A model that runs it takes every step through the table (the calls counted are
+// the model's ops, one per layer and per logits chunk), and matches the double reference as the fast backend does.
+struct CallCounts {
+  int matmul_forward = 0, matmul_backward = 0, attention_forward = 0, attention_backward = 0, rmsnorm_forward = 0,
+      crossentropy = 0;
+};
+CallCounts g_calls;
+
+const Backend<float>& counting_backend() {
+  static const Backend<float> b = [] {
+    Backend<float> c = backend_named("ref");
+    c.name = "counting";
+    c.matmul_forward = [](float* out, const float* inp, const float* w, int N, int C, int OC) {
+      g_calls.matmul_forward++;
+      backend_named("ref").matmul_forward(out, inp, w, N, C, OC);
+    };
+    c.matmul_backward = [](float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
+                           int OC) {
+      g_calls.matmul_backward++;
+      backend_named("ref").matmul_backward(dinp, dw, dout, inp, w, N, C, OC);
+    };
+    c.rmsnorm_forward = [](float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+      g_calls.rmsnorm_forward++;
+      backend_named("ref").rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    };
+    c.crossentropy_forward_backward = [](float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                         int N, int V, float dscale) {
+      g_calls.crossentropy++;
+      backend_named("ref").crossentropy_forward_backward(losses, dlogits, logits, targets, N, V, dscale);
+    };
+    c.attention_forward = [](float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
+                             int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
+      g_calls.attention_forward++;
+      backend_named("ref").attention_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
+    };
+    c.attention_backward = [](float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                              const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
+                              int T, int D, AttnCounters* counters) {
+      g_calls.attention_backward++;
+      backend_named("ref").attention_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
+    };
+    return c;
+  }();
+  return b;
+}
+
+TEST(Backend, AToyBackendCarriesTheWholeStep) {
+  const int B = 2, T = 33;
+  ModelConfig cfg = tiny_config(false, true);  // untied LM head, GQA, QK-norm on
+  Model<double> ref(cfg, B, T);
+  Model<float> toy(cfg, B, T);
+  toy.backend = &counting_backend();
+  randomize(ref, 5);
+  for (size_t i = 0; i < ref.num_params(); i++) toy.params_data()[i] = float(ref.params_data()[i]);
+  ref.windows() = toy.windows() = {33, 5, 1, 17, 33, 33, 2, 9};
+  const auto tokens = random_tokens(B * T + 1, cfg.vocab_size, 6);
+  ref.zero_grads();
+  toy.zero_grads();
+  g_calls = {};
+  const double lr = ref.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+  const double lt = toy.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+  const int L = cfg.num_hidden_layers;
+  EXPECT_EQ(g_calls.attention_forward, L);
+  EXPECT_EQ(g_calls.crossentropy, 1);                     // 66 rows: one logits chunk
+  EXPECT_EQ(g_calls.matmul_forward, 4 * L + 1);           // qkv, o, gate_up, down per layer; the LM head
+  EXPECT_EQ(g_calls.rmsnorm_forward, 2 * L + 2 * L + 1);  // ln1, ln2, q-norm, k-norm per layer; the final norm
+  EXPECT_EQ(g_calls.matmul_backward, 1);                  // the LM head's, pushed right away in forward
+  toy.backward(tokens.data(), B, T);
+  ref.backward(tokens.data(), B, T);
+  EXPECT_EQ(g_calls.attention_backward, L);
+  EXPECT_EQ(g_calls.matmul_backward, 1 + 4 * L);
+  EXPECT_NEAR(lt, lr, 1e-5 * std::fabs(lr));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.num_params(); i++) {
+    const double d = toy.grads_data()[i] - ref.grads_data()[i];
+    num += d * d, den += ref.grads_data()[i] * ref.grads_data()[i];
+  }
+  EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
 }  // namespace
 }  // namespace aah

@@ -29,7 +29,7 @@
 #include "bench/bench_train.h"
 #include "core/rng.h"
 #include "core/sys.h"
-#include "kernels/dispatch.h"
+#include "kernels/backend.h"
 
 namespace aah {
 namespace {
@@ -110,21 +110,23 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
         const int* win = sets[r->set].second.data();
         if (r->path == 0) {  // the work the tiled kernel executes, boundary tiles' waste included
           AttnCounters cf, cb;
-          attention_forward(AttnImpl::local, r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H,
-                            T, D, nullptr, &cf);
-          attention_backward(AttnImpl::local, dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
-                             r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D, &cb);
+          const Backend<float>& local = backend_local();
+          local.attention_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
+                                  nullptr, &cf);
+          local.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(), r->lse.data(), q.data(),
+                                   k.data(), v.data(), win, B, H, H, T, D, &cb);
           r->macs[0] = cf.macs, r->macs[1] = cb.macs;
         }
         const std::string name = std::string(r->path == 0 ? "tiled " : "dense ") + sets[r->set].first;
-        const AttnImpl impl = r->path == 0 ? AttnImpl::local : AttnImpl::dense;
-        cases.push_back({name + " fwd", [&, r, win, impl] {
-                           attention_forward(impl, r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B,
-                                             H, H, T, D, nullptr, nullptr);
+        const Backend<float>* be = &backend_named(r->path == 0 ? "local" : "dense");
+        cases.push_back({name + " fwd", [&, r, win, be] {
+                           be->attention_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H,
+                                                 H, T, D, nullptr, nullptr);
                          }});
-        cases.push_back({name + " bwd", [&, r, win, impl] {
-                           attention_backward(impl, dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
-                                              r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D, nullptr);
+        cases.push_back({name + " bwd", [&, r, win, be] {
+                           be->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
+                                                  r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
+                                                  nullptr);
                          }});
         // the time ratios against full windows are the results: wait for them to settle too
         for (size_t fi = 0; fi < runs.size(); fi++)

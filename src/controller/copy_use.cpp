@@ -8,8 +8,6 @@
 #include "controller/coverage.h"
 #include "core/check.h"
 #include "kernels/attention_common.h"
-#include "kernels/cpu/vexp.h"
-#include "kernels/ops.h"
 
 namespace aah {
 
@@ -18,19 +16,19 @@ namespace {
 constexpr int kQueryBlock = 64;  // query rows per score block, as in coverage.cpp
 
 // use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch.
-void head_copy_use(double* use, float* per_query, const float* q, const float* k, const int32_t* x, int T, int D,
-                   const int* windows, int K, float* scores) {
+void head_copy_use(const Backend<float>& be, double* use, float* per_query, const float* q, const float* k,
+                   const int32_t* x, int T, int D, const int* windows, int K, float* scores) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::fill(use, use + K, 0.0);
   if (per_query) std::fill(per_query, per_query + size_t(T) * K, 0.0f);
   for (int i0 = 0; i0 < T - 1; i0 += kQueryBlock) {
     const int i1 = std::min(T - 1, i0 + kQueryBlock);
-    cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
+    be.matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * i1;
       const int n = i + 1;  // causal: keys 0 .. i
       if (n <= windows[0]) continue;  // every window holds every key: nothing beyond
-      const double total = cpu::vexp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      const double total = be.exp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
       const int32_t y = x[i + 1], xi = x[i];
       // Keys from 0 outwards to each window's edge, the largest window's (nearest to 0) first; keys 0 .. i - W_c
       // lie beyond W_c. Running sums: all mass, copy mass, copy count.
@@ -61,18 +59,18 @@ void head_copy_use(double* use, float* per_query, const float* q, const float* k
 
 // change (K) of one (sequence, head), see output_change in copy_use.h. scores: (kQueryBlock, T) scratch; acc (D)
 // and out (K, D) scratch.
-void head_output_change(double* change, const float* q, const float* k, const float* v, int T, int D,
-                        const int* windows, int K, float* scores, double* acc, double* out) {
+void head_output_change(const Backend<float>& be, double* change, const float* q, const float* k, const float* v, int T,
+                        int D, const int* windows, int K, float* scores, double* acc, double* out) {
   const float scale = 1.0f / std::sqrt(float(D));
   std::vector<double> den(static_cast<size_t>(K)), diff(static_cast<size_t>(K), 0.0);
   double energy = 0;
   for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
     const int i1 = std::min(T, i0 + kQueryBlock);
-    cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
+    be.matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * i1;
       const int n = i + 1;  // causal: keys 0 .. i
-      cpu::vexp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      be.exp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
       // Keys from i inwards; after the W_c nearest (keys i - W_c + 1 .. i), the running sums are window W_c's.
       std::fill(acc, acc + D, 0.0);
       double sum = 0;
@@ -102,8 +100,8 @@ void head_output_change(double* change, const float* q, const float* k, const fl
 
 }  // namespace
 
-void output_change(double* change, const float* q, const float* k, const float* v, int S, int H, int Hkv, int T,
-                   int D, const int* windows, int K) {
+void output_change(const Backend<float>& be, double* change, const float* q, const float* k, const float* v, int S,
+                   int H, int Hkv, int T, int D, const int* windows, int K) {
   AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1);
   AAH_CHECK(windows[K - 1] >= T, "[copy] output_change: the last candidate window must be the full context");
   const int group = H / Hkv, tasks = S * H;
@@ -116,14 +114,14 @@ void output_change(double* change, const float* q, const float* k, const float* 
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
       const size_t kv = (size_t(s) * Hkv + h / group) * per_head;
-      head_output_change(change + size_t(t) * K, q + (size_t(s) * H + h) * per_head, k + kv, v + kv, T, D, windows,
+      head_output_change(be, change + size_t(t) * K, q + (size_t(s) * H + h) * per_head, k + kv, v + kv, T, D, windows,
                          K, scores.data(), acc.data(), out.data());
     }
   }
 }
 
-void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
-              const int* windows, int K, float* per_query) {
+void copy_use(const Backend<float>& be, double* use, const float* q, const float* k, const int32_t* tokens, int S,
+              int H, int Hkv, int T, int D, const int* windows, int K, float* per_query) {
   AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1);
   const int group = H / Hkv, tasks = S * H;
   const size_t per_head = size_t(T) * D;
@@ -133,10 +131,9 @@ void copy_use(double* use, const float* q, const float* k, const int32_t* tokens
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
-      head_copy_use(use + size_t(t) * K, per_query ? per_query + size_t(t) * T * K : nullptr,
-                    q + (size_t(s) * H + h) * per_head,
-                    k + (size_t(s) * Hkv + h / group) * per_head, tokens + size_t(s) * T, T, D, windows, K,
-                    scores.data());
+      head_copy_use(be, use + size_t(t) * K, per_query ? per_query + size_t(t) * T * K : nullptr,
+                    q + (size_t(s) * H + h) * per_head, k + (size_t(s) * Hkv + h / group) * per_head,
+                    tokens + size_t(s) * T, T, D, windows, K, scores.data());
     }
   }
 }

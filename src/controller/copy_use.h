@@ -21,22 +21,24 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
+
 namespace aah {
 
 // use (S, H, K): row (s, h) holds sum over the queries i < T - 1 of sequence s of u_i(W_k) (0 where W_k > i: nothing
 // beyond). q (S, H, T, D), k (S, Hkv, T, D) as attention uses them; tokens (S, T). Threads split the (s, h) rows;
 // the result does not depend on the thread count. per_query (S, H, T, K), when given: each query's own u_i(W_k) (0 for
 // the last query and where nothing is beyond), the terms of use's sums (aah.copy_count=once reads them).
-void copy_use(double* use, const float* q, const float* k, const int32_t* tokens, int S, int H, int Hkv, int T, int D,
-              const int* windows, int K, float* per_query = nullptr);
+void copy_use(const Backend<float>& be, double* use, const float* q, const float* k, const int32_t* tokens, int S,
+              int H, int Hkv, int T, int D, const int* windows, int K, float* per_query = nullptr);
 
 // The other statistic of use (aah.use_statistic=output; issue 40, DuoAttention's criterion measured directly): for
 // each (sequence s, head h) and candidate window W_k, change (S, H, K) = sum_i ||o_i(W_k) - o_i(full)||^2 /
 // sum_i ||o_i(full)||^2 over the queries i of the sequence, o_i(W) the head's attention output at query i under
 // window W (softmax over the W nearest keys, causal) on v (S, Hkv, T, D). 0 where W_k holds every key (W_{K-1} must be
 // T). Threads split the (s, h) rows; the result does not depend on the thread count.
-void output_change(double* change, const float* q, const float* k, const float* v, int S, int H, int Hkv, int T,
-                   int D, const int* windows, int K);
+void output_change(const Backend<float>& be, double* change, const float* q, const float* k, const float* v, int S,
+                   int H, int Hkv, int T, int D, const int* windows, int K);
 
 // evidence (n) = max(use, decay * evidence), elementwise: peak-hold with exponential forgetting.
 void copy_evidence_update(double* evidence, const double* use, int n, double decay);

@@ -9,8 +9,6 @@
 
 #include "core/check.h"
 #include "kernels/attention_common.h"
-#include "kernels/cpu/vexp.h"
-#include "kernels/ops.h"
 
 namespace aah {
 
@@ -51,19 +49,19 @@ namespace {
 
 // mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T), per_query scratch (K, T):
 // every query's mass per window. The mean over all queries (tail >= 1), or over the ceil(tail T) of least mass.
-void head_window_mass(double* mass, const float* q, const float* k, int T, int D, const int* windows, int K,
-                      double tail, float* scores, std::vector<double>& per_query) {
+void head_window_mass(const Backend<float>& be, double* mass, const float* q, const float* k, int T, int D,
+                      const int* windows, int K, double tail, float* scores, std::vector<double>& per_query) {
   const float scale = 1.0f / std::sqrt(float(D));
   per_query.resize(size_t(K) * T);
   std::vector<double> covered(K);
   for (int i0 = 0; i0 < T; i0 += kQueryBlock) {
     const int i1 = std::min(T, i0 + kQueryBlock), nk = i1;  // keys 0 .. i1-1 cover every row of the block
-    cpu::matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, nk);  // (i1 - i0, nk) = q_blk k^T
+    be.matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, nk);  // (i1 - i0, nk) = q_blk k^T
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * nk;
       const int n = i + 1;  // causal: keys 0 .. i
       const float mx = coverage_scale_and_max(e, n, scale);
-      cpu::vexp_shifted_sum(e, e, mx, n);  // e_j = exp(s_j - max)
+      be.exp_shifted_sum(e, e, mx, n);  // e_j = exp(s_j - max)
       // Bands of keys from the nearest outwards: window W_k holds keys n - W_k .. i. The total is the last
       // running sum, so a window holding every key has mass exactly 1.
       double run = 0;
@@ -93,8 +91,8 @@ void head_window_mass(double* mass, const float* q, const float* k, int T, int D
 
 }  // namespace
 
-void coverage_window_mass(double* mass, const float* q, const float* k, int S, int H, int Hkv, int T, int D,
-                          const int* windows, int K, double tail) {
+void coverage_window_mass(const Backend<float>& be, double* mass, const float* q, const float* k, int S, int H, int Hkv,
+                          int T, int D, const int* windows, int K, double tail) {
   AAH_CHECK(S >= 0 && H >= 1 && Hkv >= 1 && H % Hkv == 0 && T >= 1 && D >= 1 && K >= 1 && tail > 0);
   const int group = H / Hkv, tasks = S * H;
   const size_t per_head = size_t(T) * D;
@@ -106,9 +104,8 @@ void coverage_window_mass(double* mass, const float* q, const float* k, int S, i
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
-      head_window_mass(mass + size_t(t) * K, q + (size_t(s) * H + h) * per_head,
-                       k + (size_t(s) * Hkv + h / group) * per_head, T, D, windows, K, tail, scores.data(),
-                       per_query);
+      head_window_mass(be, mass + size_t(t) * K, q + (size_t(s) * H + h) * per_head,
+                       k + (size_t(s) * Hkv + h / group) * per_head, T, D, windows, K, tail, scores.data(), per_query);
     }
   }
 }

@@ -7,6 +7,8 @@
 #pragma once
 #include <vector>
 
+#include "kernels/backend.h"
+
 namespace aah {
 
 // mass (S, H, K): row (s, h) holds m_h(W_k) of sequence s = mean over the T queries i of sum over keys j <= i with
@@ -20,8 +22,8 @@ namespace aah {
 // W_k (each query's own m_i(W_k) = sum of its p_ij there; summed in ascending order), so that a few queries that
 // reach far (a retrieval head's questions) count even where the mean over all queries is near 1. Still 1 exactly
 // where W covers every key, and non-decreasing in W.
-void coverage_window_mass(double* mass, const float* q, const float* k, int S, int H, int Hkv, int T, int D,
-                          const int* windows, int K, double tail = 1.0);
+void coverage_window_mass(const Backend<float>& be, double* mass, const float* q, const float* k, int S, int H, int Hkv,
+                          int T, int D, const int* windows, int K, double tail = 1.0);
 
 // e[j] *= scale for j < n; returns the largest (vectorized; shared with the copy-use measurement).
 float coverage_scale_and_max(float* e, int n, float scale);

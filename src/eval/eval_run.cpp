@@ -86,7 +86,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   const int64_t n_windows = std::min<int64_t>((int64_t(val.tokens.size()) - 1) / T, cfg.train.eval_windows);
   const int batch = int(std::min<int64_t>(cfg.train.batch_size, n_windows));
   Model<float> model(cfg.model, batch, T, /*with_grads=*/false);
-  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
+  model.backend = &backend_named(cfg.aah.attention);
   weights_load_dir(o.run, model);
   // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
   // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
@@ -111,7 +111,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   const bool decide = !restore;
   const Controller& controller = policy.controller();
   const int interval = controller.config().control_interval;
-  const double full_macs_per_row = double(full_window_attention_macs(cfg.model, T, model.attn_impl, false)) * L;
+  const double full_macs_per_row = double(full_window_attention_macs(cfg.model, T, *model.backend, false)) * L;
   std::map<int, double> executions;  // window -> (layer, head, sequence) executions
   double pair_sum = 0, rows_sum = 0, full_macs = 0;
   double t_warm = 0;

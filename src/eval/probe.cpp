@@ -102,7 +102,7 @@ nlohmann::json probe_heads(const ProbeHeadsOptions& o) {
   const std::vector<int> candidates = controller_config_of(cfg).windows;
 
   Model<float> model(cfg.model, set.batch, T, /*with_grads=*/false);
-  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
+  model.backend = &backend_named(cfg.aah.attention);
   weights_load_dir(o.run, model);
   // Full windows: the mass on each question's DEF k v, measured from the q and k each layer's attention gets.
   std::vector<double> mass(size_t(L) * H, 0.0);  // (L, H) summed over the questions
@@ -140,7 +140,7 @@ RetrievalCutTable retrieval_cut_table(const Config& cfg, const std::string& weig
   const int T = cfg.train.context, N = cfg.model.num_hidden_layers * cfg.model.num_attention_heads;
   const int K = int(t.windows.size());
   Model<float> model(cfg.model, set.batch, T, /*with_grads=*/false);
-  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
+  model.backend = &backend_named(cfg.aah.attention);
   weights_load_dir(weights_dir, model);
   model.set_full_windows(T);
   const nlohmann::json full = set.score(model, t.windows);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "data/synth.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace aah {
 
@@ -57,7 +57,7 @@ void retrieval_score_forward(std::vector<RetrievalBucket>& buckets, Model<float>
   std::vector<float> logits(static_cast<size_t>(V));  // (V)
   for (int b = 0; b < B; b++) {
     auto predict = [&](int query) {
-      matmul_forward(logits.data(), lnf + (int64_t(b) * T + query) * C, model.params().lm_head, 1, C, V);
+      model.backend->matmul_forward(logits.data(), lnf + (int64_t(b) * T + query) * C, model.params().lm_head, 1, C, V);
       return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     };
     retrieval_score(buckets, inputs + int64_t(b) * T, targets + int64_t(b) * T, T, predict,

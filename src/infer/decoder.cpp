@@ -5,8 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
-#include "kernels/decode.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace aah {
 
@@ -53,7 +52,8 @@ const float* Decoder::prefill(const int32_t* tokens, int n) {
     const float* hidden = model_.forward_hidden(tokens, 1, chunk);
     model_.before_attention = saved;
     (void)L;
-    cpu::matmul_forward(logits_.data(), hidden + size_t(chunk - 1) * C, model_.params().lm_head, 1, C, m.vocab_size);
+    model_.backend->matmul_forward(logits_.data(), hidden + size_t(chunk - 1) * C, model_.params().lm_head, 1, C,
+                                   m.vocab_size);
     cache_.length = chunk;
   }
   const float* out = logits_.data();
@@ -69,12 +69,13 @@ const float* Decoder::step(int32_t token) {
   if (pos >= max_positions_) fail("[generate] the session is full (", max_positions_, " positions)");
   if (token < 0 || token >= V) fail("[generate] token id ", token, " outside the vocabulary (", V, ")");
   const Params<float>& p = model_.params();
+  const Backend<float>& be = *model_.backend;
   rope_angles(cos_, sin_, pos, 1, D, m.rope_theta);
   const int group = H / Hkv;
   std::memcpy(a_.x, p.embed + size_t(token) * C, C * sizeof(float));
   for (int l = 0; l < L; l++) {
     const LayerWeights<float> w = p.layer(l);
-    layer_forward_pre_attention(a_, w, m, 1, 1, cos_, sin_);
+    layer_forward_pre_attention(be, a_, w, m, 1, 1, cos_, sin_);
     for (int hk = 0; hk < Hkv; hk++) {
       std::memcpy(cache_.key(l, hk, pos), a_.k + size_t(hk) * D, D * sizeof(float));
       std::memcpy(cache_.value(l, hk, pos), a_.v + size_t(hk) * D, D * sizeof(float));
@@ -89,16 +90,16 @@ const float* Decoder::step(int32_t token) {
     for (int i = 0; i < H; i++) {
       const int h = order_[i], hk = h / group, lo = std::max(0, pos - win[h] + 1), n = pos - lo + 1;
       const int ring = l * Hkv + hk, cap = cache_.capacity[ring];
-      cpu::attn_decode_forward(a_.att + size_t(h) * D, a_.q + size_t(h) * D, cache_.k.data() + cache_.offset[ring],
-                               cache_.v.data() + cache_.offset[ring], cap, lo % cap, n, D,
-                               scores_.data() + size_t(h) * max_positions_);
+      be.attention_decode(a_.att + size_t(h) * D, a_.q + size_t(h) * D, cache_.k.data() + cache_.offset[ring],
+                          cache_.v.data() + cache_.offset[ring], cap, lo % cap, n, D,
+                          scores_.data() + size_t(h) * max_positions_);
       pairs += n;
     }
     pairs_ += pairs;
-    layer_forward_post_attention(a_, w, m, 1, 1);
+    layer_forward_post_attention(be, a_, w, m, 1, 1);
   }
-  cpu::rmsnorm_forward(lnf_, rstdf_, a_.x, p.norm_f, 1, C, float(m.rms_norm_eps));
-  cpu::matmul_forward(logits_.data(), lnf_, p.lm_head, 1, C, V);
+  be.rmsnorm_forward(lnf_, rstdf_, a_.x, p.norm_f, 1, C, float(m.rms_norm_eps));
+  be.matmul_forward(logits_.data(), lnf_, p.lm_head, 1, C, V);
   cache_.length = pos + 1;
   return logits_.data();
 }

@@ -5,10 +5,9 @@
 // heads, D head dim, F intermediate size, V vocabulary size, OC output channels.
 //
 // Each op has two implementations: cpu:: (float, the fast path, kernels/cpu/) and ref:: (a plain scalar template
-// for float and double, kernels/ref/, the specification the fast path is tested against). The overloads in
-// namespace aah at the bottom route float to cpu:: and double to ref::, so the model is written once as a
-// template on its element type: Model<float> is the engine, Model<double> the reference used by gradient checks.
-// Attention is the exception: it is dispatched by an implementation tag (local, dense, ref), kernels/dispatch.h.
+// for float and double, kernels/ref/, the specification the fast path is tested against). The model reaches them
+// through the backend table (kernels/backend.h), never directly: Model<float> runs the cpu backend, Model<double>
+// the reference used by gradient checks.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -61,38 +60,5 @@ void attn_dense_backward(float* dq, float* dk, float* dv, const float* dout, con
                          const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
                          int T, int D, AttnCounters* counters);
 }  // namespace cpu
-
-}  // namespace aah
-
-#include "kernels/ref/ref.h"
-
-namespace aah {
-
-// Routing: float -> fast kernels, double -> reference.
-#define AAH_ROUTE(name)                                              \
-  template <class... A>                                              \
-  inline void name(float* out, A&&... a) {                           \
-    cpu::name(out, std::forward<A>(a)...);                           \
-  }                                                                  \
-  template <class... A>                                              \
-  inline void name(double* out, A&&... a) {                          \
-    ref::name<double>(out, std::forward<A>(a)...);                   \
-  }
-AAH_ROUTE(embedding_forward)
-AAH_ROUTE(embedding_backward)
-AAH_ROUTE(rmsnorm_forward)
-AAH_ROUTE(rmsnorm_backward)
-AAH_ROUTE(matmul_forward)
-AAH_ROUTE(matmul_backward)
-AAH_ROUTE(qkv_split_forward)
-AAH_ROUTE(qkv_split_backward)
-AAH_ROUTE(heads_merge_forward)
-AAH_ROUTE(heads_merge_backward)
-AAH_ROUTE(rope_forward)
-AAH_ROUTE(rope_backward)
-AAH_ROUTE(swiglu_forward)
-AAH_ROUTE(swiglu_backward)
-AAH_ROUTE(crossentropy_forward_backward)
-#undef AAH_ROUTE
 
 }  // namespace aah

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "core/files.h"
+#include "kernels/backend.h"
 #include "text/unicode.h"
 
 namespace aah {
@@ -137,7 +138,7 @@ void apply_object(Config& cfg, const json& j, const std::string& prefix, const s
 }  // namespace
 
 const NameList kNonfiniteNames = {"skip", "stop"};
-const NameList kAttentionNames = {"local", "dense"};
+const NameList kAttentionNames = backend_user_names();  // the backend table's
 
 ControllerConfig controller_config_of(const Config& cfg) {
   ControllerConfig c;

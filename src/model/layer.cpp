@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace aah {
 
@@ -26,95 +26,96 @@ void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta) {
 }
 
 template <class real>
-void layer_forward_pre_attention(const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                 int B, int T, const real* rope_cos, const real* rope_sin) {
+void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
+                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
             QKV = (H + 2 * Hkv) * D;
   const float eps = float(m.rms_norm_eps);
-  rmsnorm_forward(a.ln1, a.rstd1, a.x, w.ln1, N, C, eps);
-  matmul_forward(a.qkv, a.ln1, w.wqkv, N, C, QKV);
-  qkv_split_forward(a.q_pre, a.k_pre, a.v, a.qkv, B, T, H, Hkv, D);
+  be.rmsnorm_forward(a.ln1, a.rstd1, a.x, w.ln1, N, C, eps);
+  be.matmul_forward(a.qkv, a.ln1, w.wqkv, N, C, QKV);
+  be.qkv_split_forward(a.q_pre, a.k_pre, a.v, a.qkv, B, T, H, Hkv, D);
   if (m.qk_norm) {
-    rmsnorm_forward(a.q, a.rstd_q, a.q_pre, w.q_norm, N * H, D, eps);
-    rmsnorm_forward(a.k, a.rstd_k, a.k_pre, w.k_norm, N * Hkv, D, eps);
+    be.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, w.q_norm, N * H, D, eps);
+    be.rmsnorm_forward(a.k, a.rstd_k, a.k_pre, w.k_norm, N * Hkv, D, eps);
   } else {
     std::memcpy(a.q, a.q_pre, size_t(N) * H * D * sizeof(real));
     std::memcpy(a.k, a.k_pre, size_t(N) * Hkv * D * sizeof(real));
   }
-  rope_forward(a.q, rope_cos, rope_sin, B * H, T, D);
-  rope_forward(a.k, rope_cos, rope_sin, B * Hkv, T, D);
+  be.rope_forward(a.q, rope_cos, rope_sin, B * H, T, D);
+  be.rope_forward(a.k, rope_cos, rope_sin, B * Hkv, T, D);
 }
 
 template <class real>
-void layer_forward_post_attention(const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                  int B, int T) {
+void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
+                                  const ModelConfig& m, int B, int T) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, D = m.head_dim, F = m.intermediate_size;
   const size_t NC = size_t(N) * C;
   const float eps = float(m.rms_norm_eps);
   // attention half: xa = x + o_proj(merge(att))
-  heads_merge_forward(a.merged, a.att, B, H, T, D);
-  matmul_forward(a.xa, a.merged, w.wo, N, H * D, C);
+  be.heads_merge_forward(a.merged, a.att, B, H, T, D);
+  be.matmul_forward(a.xa, a.merged, w.wo, N, H * D, C);
   residual_add(a.xa, a.x, NC);
   // MLP half: x_out = xa + down(swiglu(gate_up(rmsnorm(xa))))
-  rmsnorm_forward(a.ln2, a.rstd2, a.xa, w.ln2, N, C, eps);
-  matmul_forward(a.h, a.ln2, w.w_gate_up, N, C, 2 * F);
-  swiglu_forward(a.act, a.h, N, F);
-  matmul_forward(a.x_out, a.act, w.w_down, N, F, C);
+  be.rmsnorm_forward(a.ln2, a.rstd2, a.xa, w.ln2, N, C, eps);
+  be.matmul_forward(a.h, a.ln2, w.w_gate_up, N, C, 2 * F);
+  be.swiglu_forward(a.act, a.h, N, F);
+  be.matmul_forward(a.x_out, a.act, w.w_down, N, F, C);
   residual_add(a.x_out, a.xa, NC);
 }
 
 template <class real>
-void layer_backward_post_attention(const BackwardScratch<real>& d, const LayerWeights<real>& g,
-                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                   int B, int T) {
+void layer_backward_post_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
+                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
+                                   int T) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, D = m.head_dim, F = m.intermediate_size;
   const size_t NC = size_t(N) * C;
   // MLP half
-  matmul_backward(d.dact, g.w_down, d.dres, a.act, w.w_down, N, F, C);
-  swiglu_backward(d.dh, d.dact, a.h, N, F);
-  matmul_backward(d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, N, C, 2 * F);
-  rmsnorm_backward(d.dtmp, g.ln2, d.dln, a.xa, w.ln2, a.rstd2, N, C);
+  be.matmul_backward(d.dact, g.w_down, d.dres, a.act, w.w_down, N, F, C);
+  be.swiglu_backward(d.dh, d.dact, a.h, N, F);
+  be.matmul_backward(d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, N, C, 2 * F);
+  be.rmsnorm_backward(d.dtmp, g.ln2, d.dln, a.xa, w.ln2, a.rstd2, N, C);
   residual_add(d.dres, d.dtmp, NC);
   // o_proj and the merge
-  heads_merge_forward(a.merged, a.att, B, H, T, D);  // recomputed instead of stored
-  matmul_backward(a.qkv, g.wo, d.dres, a.merged, w.wo, N, H * D, C);  // a.qkv as scratch for d(merged)
-  heads_merge_backward(d.dq_pre, a.qkv, B, H, T, D);                  // d.dq_pre as scratch for d(att)
+  be.heads_merge_forward(a.merged, a.att, B, H, T, D);                   // recomputed instead of stored
+  be.matmul_backward(a.qkv, g.wo, d.dres, a.merged, w.wo, N, H * D, C);  // a.qkv as scratch for d(merged)
+  be.heads_merge_backward(d.dq_pre, a.qkv, B, H, T, D);                  // d.dq_pre as scratch for d(att)
 }
 
 template <class real>
-void layer_backward_pre_attention(const BackwardScratch<real>& d, const LayerWeights<real>& g,
-                                  const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                  int B, int T, const real* rope_cos, const real* rope_sin) {
+void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
+                                  const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
+                                  int T, const real* rope_cos, const real* rope_sin) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
             QKV = (H + 2 * Hkv) * D;
   const size_t NC = size_t(N) * C;
-  rope_backward(d.dq, rope_cos, rope_sin, B * H, T, D);
-  rope_backward(d.dk, rope_cos, rope_sin, B * Hkv, T, D);
+  be.rope_backward(d.dq, rope_cos, rope_sin, B * H, T, D);
+  be.rope_backward(d.dk, rope_cos, rope_sin, B * Hkv, T, D);
   if (m.qk_norm) {
-    rmsnorm_backward(d.dq_pre, g.q_norm, d.dq, a.q_pre, w.q_norm, a.rstd_q, N * H, D);
-    rmsnorm_backward(d.dk_pre, g.k_norm, d.dk, a.k_pre, w.k_norm, a.rstd_k, N * Hkv, D);
+    be.rmsnorm_backward(d.dq_pre, g.q_norm, d.dq, a.q_pre, w.q_norm, a.rstd_q, N * H, D);
+    be.rmsnorm_backward(d.dk_pre, g.k_norm, d.dk, a.k_pre, w.k_norm, a.rstd_k, N * Hkv, D);
   } else {
     std::memcpy(d.dq_pre, d.dq, size_t(N) * H * D * sizeof(real));
     std::memcpy(d.dk_pre, d.dk, size_t(N) * Hkv * D * sizeof(real));
   }
-  qkv_split_backward(a.qkv, d.dq_pre, d.dk_pre, d.dv, B, T, H, Hkv, D);
-  matmul_backward(d.dln, g.wqkv, a.qkv, a.ln1, w.wqkv, N, C, QKV);
-  rmsnorm_backward(d.dtmp, g.ln1, d.dln, a.x, w.ln1, a.rstd1, N, C);
+  be.qkv_split_backward(a.qkv, d.dq_pre, d.dk_pre, d.dv, B, T, H, Hkv, D);
+  be.matmul_backward(d.dln, g.wqkv, a.qkv, a.ln1, w.wqkv, N, C, QKV);
+  be.rmsnorm_backward(d.dtmp, g.ln1, d.dln, a.x, w.ln1, a.rstd1, N, C);
   residual_add(d.dres, d.dtmp, NC);
 }
 
-#define AAH_LAYER_INSTANTIATE(real)                                                                                \
-  template void rope_angles<real>(real*, real*, int, int, int, double);                                            \
-  template void layer_forward_pre_attention<real>(const LayerActs<real>&, const LayerWeights<real>&,               \
-                                                  const ModelConfig&, int, int, const real*, const real*);         \
-  template void layer_forward_post_attention<real>(const LayerActs<real>&, const LayerWeights<real>&,              \
-                                                   const ModelConfig&, int, int);                                  \
-  template void layer_backward_post_attention<real>(const BackwardScratch<real>&, const LayerWeights<real>&,       \
-                                                    const LayerActs<real>&, const LayerWeights<real>&,             \
-                                                    const ModelConfig&, int, int);                                 \
-  template void layer_backward_pre_attention<real>(const BackwardScratch<real>&, const LayerWeights<real>&,        \
-                                                   const LayerActs<real>&, const LayerWeights<real>&,              \
-                                                   const ModelConfig&, int, int, const real*, const real*);
+#define AAH_LAYER_INSTANTIATE(real)                                                                           \
+  template void rope_angles<real>(real*, real*, int, int, int, double);                                       \
+  template void layer_forward_pre_attention<real>(const Backend<real>&, const LayerActs<real>&,               \
+                                                  const LayerWeights<real>&, const ModelConfig&, int, int,    \
+                                                  const real*, const real*);                                  \
+  template void layer_forward_post_attention<real>(const Backend<real>&, const LayerActs<real>&,              \
+                                                   const LayerWeights<real>&, const ModelConfig&, int, int);  \
+  template void layer_backward_post_attention<real>(const Backend<real>&, const BackwardScratch<real>&,       \
+                                                    const LayerWeights<real>&, const LayerActs<real>&,        \
+                                                    const LayerWeights<real>&, const ModelConfig&, int, int); \
+  template void layer_backward_pre_attention<real>(                                                           \
+      const Backend<real>&, const BackwardScratch<real>&, const LayerWeights<real>&, const LayerActs<real>&,  \
+      const LayerWeights<real>&, const ModelConfig&, int, int, const real*, const real*);
 AAH_LAYER_INSTANTIATE(float)
 AAH_LAYER_INSTANTIATE(double)
 #undef AAH_LAYER_INSTANTIATE

@@ -12,6 +12,7 @@
 // B batch, T positions, N = B*T rows, C hidden, H query heads, Hkv key/value heads, D head dim, F intermediate
 // size, QKV = (H + 2 Hkv) D.
 #pragma once
+#include "kernels/backend.h"
 #include "model/config.h"
 
 namespace aah {
@@ -78,24 +79,24 @@ void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta);
 // rmsnorm -> qkv -> split heads -> qk-norm -> RoPE: fills ln1, rstd1, qkv, q_pre, k_pre, rstd_q, rstd_k, q, k, v.
 // rope_cos, rope_sin (T, D/2): the angles of the T positions.
 template <class real>
-void layer_forward_pre_attention(const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                 int B, int T, const real* rope_cos, const real* rope_sin);
+void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
+                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin);
 // merge heads -> o_proj -> + x -> rmsnorm -> gate_up -> swiglu -> down -> + xa: reads att, fills merged, xa,
 // rstd2, ln2, h, act, x_out.
 template <class real>
-void layer_forward_post_attention(const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                  int B, int T);
+void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
+                                  const ModelConfig& m, int B, int T);
 // Backward of the post-attention part: from d.dres = d(x_out), accumulates the MLP's, ln2's and o_proj's
 // gradients into g, adds the MLP branch to d.dres (now d(xa)) and leaves d(att) in d.dq_pre.
 template <class real>
-void layer_backward_post_attention(const BackwardScratch<real>& d, const LayerWeights<real>& g,
-                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                   int B, int T);
+void layer_backward_post_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
+                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
+                                   int T);
 // Backward of the pre-attention part: from d.dq, d.dk, d.dv (the attention backward's), accumulates the qk-norms',
 // wqkv's and ln1's gradients into g and adds the attention branch to d.dres (now d(x)).
 template <class real>
-void layer_backward_pre_attention(const BackwardScratch<real>& d, const LayerWeights<real>& g,
-                                  const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m,
-                                  int B, int T, const real* rope_cos, const real* rope_sin);
+void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
+                                  const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
+                                  int T, const real* rope_cos, const real* rope_sin);
 
 }  // namespace aah

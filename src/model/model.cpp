@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/sys.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 
 namespace aah {
 
@@ -195,7 +195,7 @@ void Model<real>::layer_forward(int l, int B, int T) {
   const int H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const LayerActs<real> a = a_.layer(l, keep_per_layer_ ? l : 0, B * T);
   const LayerWeights<real> w = p_.layer(l);
-  layer_forward_pre_attention(a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+  layer_forward_pre_attention(*backend, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
   if (before_attention) before_attention(l, a.q, a.k, a.v, B, T, windows_.data() + size_t(l) * H);
   AttnDiagnostics diag;
   AttnDiagnostics* diag_ptr = nullptr;
@@ -207,9 +207,9 @@ void Model<real>::layer_forward(int l, int B, int T) {
   }
   const int* win = clamped_windows(l, T);
   const double t_attn = now_seconds();
-  attention_forward(attn_impl, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, diag_ptr, &counters);
+  backend->attention_forward(a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, diag_ptr, &counters);
   attention_seconds += now_seconds() - t_attn;
-  layer_forward_post_attention(a, w, cfg_, B, T);
+  layer_forward_post_attention(*backend, a, w, cfg_, B, T);
 }
 
 template <class real>
@@ -217,17 +217,17 @@ void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
-  embedding_forward(a_.x, tokens, p_.embed, N, C);
+  backend->embedding_forward(a_.x, tokens, p_.embed, N, C);
   forward_tokens = tokens;
   for (int l = 0; l < L; l++) layer_forward(l, B, T);
   forward_tokens = nullptr;
-  rmsnorm_forward(a_.lnf, a_.rstdf, a_.x + size_t(L) * N * C, p_.norm_f, N, C, float(cfg_.rms_norm_eps));
+  backend->rmsnorm_forward(a_.lnf, a_.rstdf, a_.x + size_t(L) * N * C, p_.norm_f, N, C, float(cfg_.rms_norm_eps));
 }
 
 template <class real>
 void Model<real>::forward_logits(const int32_t* tokens, int B, int T, real* logits) {
   forward_trunk(tokens, B, T);
-  matmul_forward(logits, a_.lnf, p_.lm_head, B * T, cfg_.hidden_size, cfg_.vocab_size);
+  backend->matmul_forward(logits, a_.lnf, p_.lm_head, B * T, cfg_.hidden_size, cfg_.vocab_size);
   have_head_grad_ = false;
 }
 
@@ -243,10 +243,11 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
   for (int r0 = 0; r0 < N; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, N - r0);
     const real* lnf = a.lnf + size_t(r0) * C;
-    matmul_forward(a.logits, lnf, p.lm_head, rows, C, V);
-    crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
-                                  targets + r0, rows, V, grad_scale);
-    if (have_head_grad_) matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
+    backend->matmul_forward(a.logits, lnf, p.lm_head, rows, C, V);
+    backend->crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
+                                           targets + r0, rows, V, grad_scale);
+    if (have_head_grad_)
+      backend->matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
     for (int i = 0; i < rows; i++) sum += a.losses[r0 + i];
   }
   return sum / N;
@@ -258,13 +259,12 @@ void Model<real>::layer_backward(int l, int B, int T) {
   const LayerActs<real> a = a_.layer(l, l, B * T);
   const LayerWeights<real> w = p_.layer(l), g = g_.layer(l);
   const BackwardScratch<real> d = a_.scratch();
-  layer_backward_post_attention(d, g, a, w, cfg_, B, T);
+  layer_backward_post_attention(*backend, d, g, a, w, cfg_, B, T);
   const int* win = clamped_windows(l, T);
   const double t_attn = now_seconds();
-  attention_backward(attn_impl, d.dq, d.dk, d.dv, d.dq_pre, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D,
-                     &counters);
+  backend->attention_backward(d.dq, d.dk, d.dv, d.dq_pre, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, &counters);
   attention_seconds += now_seconds() - t_attn;
-  layer_backward_pre_attention(d, g, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+  layer_backward_pre_attention(*backend, d, g, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
 }
 
 template <class real>
@@ -273,13 +273,13 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
   AAH_CHECK(have_head_grad_, "backward needs a forward with grad_scale != 0");
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   // a_.dln holds d(final norm output), from the LM head in forward
-  rmsnorm_backward(a_.dres, g_.norm_f, a_.dln, a_.x + size_t(L) * N * C, p_.norm_f, a_.rstdf, N, C);
+  backend->rmsnorm_backward(a_.dres, g_.norm_f, a_.dln, a_.x + size_t(L) * N * C, p_.norm_f, a_.rstdf, N, C);
   if (after_layer_backward) after_layer_backward(L);
   for (int l = L - 1; l >= 0; l--) {
     layer_backward(l, B, T);
     if (after_layer_backward) after_layer_backward(l);
   }
-  embedding_backward(g_.embed, a_.dres, tokens, N, C);
+  backend->embedding_backward(g_.embed, a_.dres, tokens, N, C);
   if (after_layer_backward) after_layer_backward(-1);
 }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "kernels/dispatch.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/layer.h"
 
@@ -147,9 +147,9 @@ class Model {
   // Windows in force, one per (layer, head); full (T) by default. Set by the window policy.
   std::vector<int>& windows() { return windows_; }
   void set_full_windows(int T);
-  // The attention kernels (kernels/dispatch.h): local for float (attn_impl_from_name(cfg.aah.attention) sets
-  // local or dense), ref for double.
-  AttnImpl attn_impl = std::is_same_v<real, float> ? AttnImpl::local : AttnImpl::ref;
+  // The kernels (kernels/backend.h): local for float (backend_named(cfg.aah.attention) sets local or dense), the
+  // reference for double.
+  const Backend<real>* backend = &backend_default<real>();
   AttnCounters counters;         // attention work, accumulated over calls
   double attention_seconds = 0;  // wall time inside the attention kernels, accumulated
   // Called in each layer after q, k (normed, rotated) and v exist and before attention, so a window policy can set
@@ -193,7 +193,7 @@ class Model {
   explicit Model(const ModelConfig& cfg);  // the tensor table only (estimate_bytes)
   void build_tensor_table();
   void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
-  // Layer l over (B, T): pre-attention, the window policy's hook, attention (dispatched by attn_impl), the rest.
+  // Layer l over (B, T): pre-attention, the window policy's hook, attention (through the backend), the rest.
   void layer_forward(int l, int B, int T);
   // Its backward: d(layer output) in acts().dres becomes d(layer input); accumulates layer l's gradients.
   void layer_backward(int l, int B, int T);

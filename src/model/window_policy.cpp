@@ -10,29 +10,28 @@
 #include "controller/copy_use.h"
 #include "controller/coverage.h"
 #include "core/check.h"
-#include "kernels/dispatch.h"
 #include "core/sys.h"
 #include "dist/comm.h"
 #include "formats/safetensors.h"
 
 namespace aah {
 
-uint64_t full_window_attention_macs(const ModelConfig& m, int T, AttnImpl impl, bool backward) {
+uint64_t full_window_attention_macs(const ModelConfig& m, int T, const Backend<float>& backend, bool backward) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, AttnImpl, bool>, uint64_t> cache;
+  static std::map<std::tuple<int, int, int, int, const Backend<float>*, bool>, uint64_t> cache;
   const int H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim;
-  const auto key = std::make_tuple(H, Hkv, D, T, impl, backward);
+  const auto key = std::make_tuple(H, Hkv, D, T, &backend, backward);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   const size_t nq = size_t(H) * T * D, nk = size_t(Hkv) * T * D;
   std::vector<float> q(nq), o(nq), dout(nq), dq(nq), lse(size_t(H) * T), k(nk), v(nk), dk(nk), dv(nk);
   std::vector<int> windows(H, T);
   AttnCounters c;
-  attention_forward(impl, o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), 1, H, Hkv, T, D,
-                    nullptr, &c);
+  backend.attention_forward(o.data(), lse.data(), q.data(), k.data(), v.data(), windows.data(), 1, H, Hkv, T, D,
+                            nullptr, &c);
   if (backward)
-    attention_backward(impl, dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(), k.data(),
-                       v.data(), windows.data(), 1, H, Hkv, T, D, &c);
+    backend.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), lse.data(), q.data(), k.data(),
+                               v.data(), windows.data(), 1, H, Hkv, T, D, &c);
   return cache[key] = c.macs;
 }
 
@@ -103,7 +102,8 @@ void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int
   const int n = std::min(controller_.config().coverage_sample, B * ranks);
   const int per_rank = std::min(n, B), mine = std::clamp(n - rank * B, 0, B);
   mass_seq_.assign(size_t(per_rank) * row, 0.0);
-  coverage_window_mass(mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K, controller_.config().coverage_tail);
+  coverage_window_mass(*model_.backend, mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K,
+                       controller_.config().coverage_tail);
   if (ranks > 1) {  // gather the sampled sequences' rows, then keep them in global sequence order
     parts_.resize(mass_seq_.size() * ranks);
     comm_->allgather(mass_seq_.data(), mass_seq_.size(), parts_.data());
@@ -128,12 +128,12 @@ void WindowPolicyRunner::measure_copy_use(int l, const float* q, const float* k,
   const int K = int(w.size());
   mass_seq_.assign(size_t(B) * H_ * K, 0.0);
   if (controller_.config().use_statistic == UseStatistic::output) {
-    output_change(mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
+    output_change(*model_.backend, mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
   } else {
     AAH_CHECK(model_.forward_tokens != nullptr, "[copy] the forward's tokens are not available");
     const bool queries = controller_.needs_copy_queries();  // aah.copy_count=once: each query's use too
     if (queries) per_query_.resize(size_t(B) * H_ * T * K);
-    copy_use(mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K,
+    copy_use(*model_.backend, mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K,
              queries ? per_query_.data() : nullptr);
     if (queries) controller_.add_copy_queries(l, per_query_.data(), B, T);
   }

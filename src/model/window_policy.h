@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "controller/controller.h"
-#include "kernels/dispatch.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -22,7 +22,7 @@ class SafetensorsReader;
 // Multiply-adds the attention kernels execute for one layer and ONE sequence of T tokens with every window full
 // (forward, plus backward when asked): the denominator of the measured attention work ratio. The count depends
 // only on shapes and windows (and is linear in the batch), so one run on zeros is enough; cached per shape.
-uint64_t full_window_attention_macs(const ModelConfig& m, int T, AttnImpl impl, bool backward);
+uint64_t full_window_attention_macs(const ModelConfig& m, int T, const Backend<float>& backend, bool backward);
 
 class SafetensorsWriter;
 

@@ -333,7 +333,7 @@ int checkpoint_verify(const std::string& run) {
   if (dir.empty()) return -1;
   const Config cfg = run_config_load(dir);
   Model<float> model(cfg.model, 1, cfg.train.context);
-  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
+  model.backend = &backend_named(cfg.aah.attention);
   AdamW opt;
   opt.init(model);
   WindowPolicyRunner policy(cfg, model);
@@ -432,7 +432,7 @@ int train_run(const TrainOptions& o) {
          "hidden_size or num_hidden_layers");
   comm.barrier();  // every rank has checked the run directory before training starts
   Model<float> model(mc, Bl, T);
-  model.attn_impl = attn_impl_from_name(cfg.aah.attention);
+  model.backend = &backend_named(cfg.aah.attention);
   AdamW opt;
   opt.init(model);
 
@@ -476,9 +476,8 @@ int train_run(const TrainOptions& o) {
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());
 
-  const double full_macs_per_step =
-      double(full_window_attention_macs(mc, T, model.attn_impl, /*backward=*/true)) * Bl * mc.num_hidden_layers *
-      tc.grad_accum;
+  const double full_macs_per_step = double(full_window_attention_macs(mc, T, *model.backend, /*backward=*/true)) * Bl *
+                                    mc.num_hidden_layers * tc.grad_accum;
   uint64_t macs_at_log = model.counters.macs;
   MetricsLog metrics(lead ? o.out_dir + "/metrics.jsonl" : "/dev/null");  // the other ranks log nowhere
   Batch batch;

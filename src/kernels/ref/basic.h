@@ -201,4 +201,12 @@ void crossentropy_forward_backward(T* losses, T* dlogits, const T* logits, const
   }
 }
 
+// out_i = exp(x_i - shift), summed in order; out may be x.
+template <class T>
+T exp_shifted_sum(T* out, const T* x, T shift, int n) {
+  T sum = 0;
+  for (int i = 0; i < n; i++) sum += (out[i] = std::exp(x[i] - shift));
+  return sum;
+}
+
 }  // namespace aah::ref

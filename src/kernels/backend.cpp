@@ -1,0 +1,108 @@
+#include "kernels/backend.h"
+
+#include "core/check.h"
+#include "kernels/cpu/vexp.h"
+#include "kernels/decode.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ref.h"
+
+namespace aah {
+
+namespace {
+
+// kernels/cpu, with one of its two attention executions.
+Backend<float> cpu_backend(const char* name, decltype(Backend<float>::attention_forward) fwd,
+                           decltype(Backend<float>::attention_backward) bwd) {
+  return {name,
+          cpu::embedding_forward,
+          cpu::embedding_backward,
+          cpu::rmsnorm_forward,
+          cpu::rmsnorm_backward,
+          cpu::matmul_forward,
+          cpu::matmul_backward,
+          cpu::qkv_split_forward,
+          cpu::qkv_split_backward,
+          cpu::heads_merge_forward,
+          cpu::heads_merge_backward,
+          cpu::rope_forward,
+          cpu::rope_backward,
+          cpu::swiglu_forward,
+          cpu::swiglu_backward,
+          cpu::crossentropy_forward_backward,
+          cpu::vexp_shifted_sum<false>,
+          fwd,
+          bwd,
+          cpu::attn_decode_forward};
+}
+
+// kernels/ref at element type T.
+template <class T>
+Backend<T> ref_backend() {
+  return {"ref",
+          ref::embedding_forward<T>,
+          ref::embedding_backward<T>,
+          ref::rmsnorm_forward<T>,
+          ref::rmsnorm_backward<T>,
+          ref::matmul_forward<T>,
+          ref::matmul_backward<T>,
+          ref::qkv_split_forward<T>,
+          ref::qkv_split_backward<T>,
+          ref::heads_merge_forward<T>,
+          ref::heads_merge_backward<T>,
+          ref::rope_forward<T, T>,
+          ref::rope_backward<T, T>,
+          ref::swiglu_forward<T>,
+          ref::swiglu_backward<T>,
+          ref::crossentropy_forward_backward<T>,
+          ref::exp_shifted_sum<T>,
+          ref::attn_local_forward<T>,
+          ref::attn_local_backward<T>,
+          ref::attn_decode_forward<T>};
+}
+
+const Backend<float>& backend_dense() {
+  static const Backend<float> b = cpu_backend("dense", cpu::attn_dense_forward, cpu::attn_dense_backward);
+  return b;
+}
+const Backend<float>& backend_ref_float() {
+  static const Backend<float> b = ref_backend<float>();
+  return b;
+}
+
+// The one name table: the run's choices first (aah.attention), then the reference.
+using FloatBackendFn = const Backend<float>& (*)();
+const FloatBackendFn kFloatBackends[] = {backend_local, backend_dense, backend_ref_float};
+
+}  // namespace
+
+const Backend<float>& backend_local() {
+  static const Backend<float> b = cpu_backend("local", cpu::attn_local_forward, cpu::attn_local_backward);
+  return b;
+}
+
+const Backend<double>& backend_ref_double() {
+  static const Backend<double> b = ref_backend<double>();
+  return b;
+}
+
+const Backend<float>& backend_named(const std::string& name) {
+  for (const FloatBackendFn b : kFloatBackends)
+    if (name == b().name) return b();
+  fail("[config] aah.attention: unknown attention '", name, "': expected local or dense (or ref)");
+}
+
+const std::vector<const char*>& backend_user_names() {
+  static const std::vector<const char*> names = {backend_local().name, backend_dense().name};
+  return names;
+}
+
+template <>
+const Backend<float>& backend_default<float>() {
+  return backend_local();
+}
+template <>
+const Backend<double>& backend_default<double>() {
+  return backend_ref_double();
+}
+
+}  // namespace aah

@@ -1,0 +1,68 @@
+// The backend table (issue 42): every operation a model step and a decoding step need, as one struct of functions
+// chosen at run time. Model, layers and decoder reach kernels only through it. The instances:
+//   local  kernels/cpu: AVX2/AVX-512 float kernels; attention tiled, skipping the work the windows mask
+//   dense  the same, with the paper's execution of attention (T x T scores plus the window mask), for comparisons
+//   ref    kernels/ref: the scalar reference every fast kernel is tested against, at float (and at double:
+//          backend_ref_double, the engine of Model<double> and the gradient checks)
+// aah.attention names the backend of a run (local or dense; ref is for tests).
+//
+// A new backend (bf16, CUDA) writes the functions below with these signatures (shapes and conventions in
+// kernels/ops.h, attention in kernels/attention_common.h, decoding in kernels/decode.h), fills one Backend, and adds
+// one row to the name table in backend.cpp. Buffers stay host memory owned by Model (a device backend would add
+// allocation and copies here).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_common.h"
+
+namespace aah {
+
+template <class real>
+struct Backend {
+  const char* name;
+  // Elementwise, norms, matrix products, loss (kernels/ops.h for each one's shapes).
+  void (*embedding_forward)(real* out, const int32_t* tokens, const real* wte, int N, int C);
+  void (*embedding_backward)(real* dwte, const real* dout, const int32_t* tokens, int N, int C);
+  void (*rmsnorm_forward)(real* out, real* rstd, const real* x, const real* w, int N, int C, float eps);
+  void (*rmsnorm_backward)(real* dx, real* dw, const real* dout, const real* x, const real* w, const real* rstd, int N,
+                           int C);
+  void (*matmul_forward)(real* out, const real* inp, const real* w, int N, int C, int OC);
+  void (*matmul_backward)(real* dinp, real* dw, const real* dout, const real* inp, const real* w, int N, int C, int OC);
+  void (*qkv_split_forward)(real* q, real* k, real* v, const real* qkv, int B, int T, int H, int Hkv, int D);
+  void (*qkv_split_backward)(real* dqkv, const real* dq, const real* dk, const real* dv, int B, int T, int H, int Hkv,
+                             int D);
+  void (*heads_merge_forward)(real* out, const real* inp, int B, int H, int T, int D);
+  void (*heads_merge_backward)(real* dinp, const real* dout, int B, int H, int T, int D);
+  void (*rope_forward)(real* x, const real* cos, const real* sin, int BH, int T, int D);
+  void (*rope_backward)(real* dx, const real* cos, const real* sin, int BH, int T, int D);
+  void (*swiglu_forward)(real* out, const real* h, int N, int F);
+  void (*swiglu_backward)(real* dh, const real* dout, const real* h, int N, int F);
+  void (*crossentropy_forward_backward)(real* losses, real* dlogits, const real* logits, const int32_t* targets, int N,
+                                        int V, float dscale);
+  // out_i = exp(x_i - shift) over n values (out may be x); returns their sum. The controller's measurements of
+  // attention (coverage.h, copy_use.h) build their softmax rows with it and matmul_forward.
+  real (*exp_shifted_sum)(real* out, const real* x, real shift, int n);
+  // Causal attention with one window per head (kernels/ops.h, attn_local_forward / attn_local_backward).
+  void (*attention_forward)(real* out, real* lse, const real* q, const real* k, const real* v, const int* window, int B,
+                            int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters);
+  void (*attention_backward)(real* dq, real* dk, real* dv, const real* dout, const real* out, const real* lse,
+                             const real* q, const real* k, const real* v, const int* window, int B, int H, int Hkv,
+                             int T, int D, AttnCounters* counters);
+  // One query row against its cached keys and values (kernels/decode.h).
+  void (*attention_decode)(real* out, const real* q, const real* k, const real* v, int cap, int start, int n, int D,
+                           real* scores);
+};
+
+// The float backend called `name` (local, dense, ref); another name is an error listing them.
+const Backend<float>& backend_named(const std::string& name);
+// The names a run may choose (aah.attention): local, dense.
+const std::vector<const char*>& backend_user_names();
+const Backend<float>& backend_local();
+const Backend<double>& backend_ref_double();
+// The default of each element type: local for float, the reference for double.
+template <class real>
+const Backend<real>& backend_default();
+
+}  // namespace aah
