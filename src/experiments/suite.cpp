@@ -287,57 +287,65 @@ class SuiteLock {
   int fd_ = -1;
 };
 
-}  // namespace
+// What a suite runs: the preset with the user's options applied, the settings of every run and of the bases, and
+// what they come to (steps, context). Every configuration is checked here, before anything runs: a typo fails now,
+// not after an hour.
+struct SuitePlan {
+  SuitePreset p;
+  std::vector<std::string> sets;       // every regime run's: the preset's, then the user's
+  std::vector<std::string> base_sets;  // the bases': the preset's, its base settings, then the user's (--set wins)
+  int steps = 0, context = 0, base_steps = 0;
+  double timing_budget_s = 0;
+};
 
-int suite_run(const SuiteOptions& o) {
-  SuitePreset p = suite_preset(o.preset);
+SuitePlan suite_plan(const SuiteOptions& o) {
+  SuitePlan plan;
+  SuitePreset& p = plan.p;
+  p = suite_preset(o.preset);
   if (!o.regimes.empty()) p.regimes = collapse_repeats(o.regimes, "--regimes");
   if (!o.seeds.empty()) p.seeds = collapse_repeats(o.seeds, "--seeds");
   if (o.base_extend_steps >= 0) p.base_extend_steps = o.base_extend_steps;
   if (o.base_max_steps >= 0) p.base_max_steps = o.base_max_steps;
   if (o.base_restarts >= 0) p.base_restarts = o.base_restarts;
-  const double timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
-  std::vector<std::string> sets = p.sets;
-  sets.insert(sets.end(), o.sets.begin(), o.sets.end());
-  // Check every configuration before running anything: a typo fails now, not after an hour.
-  int steps = 0, context = 0, base_steps = 0;
-  // The pretrained start's: the preset's, its base settings, then the user's (--set wins everywhere).
-  std::vector<std::string> base_sets = p.sets;
-  base_sets.insert(base_sets.end(), p.base_sets.begin(), p.base_sets.end());
-  base_sets.insert(base_sets.end(), o.sets.begin(), o.sets.end());
+  plan.timing_budget_s = o.timing_budget_s >= 0 ? o.timing_budget_s : p.timing_budget_s;
+  plan.sets = p.sets;
+  plan.sets.insert(plan.sets.end(), o.sets.begin(), o.sets.end());
+  plan.base_sets = p.sets;
+  plan.base_sets.insert(plan.base_sets.end(), p.base_sets.begin(), p.base_sets.end());
+  plan.base_sets.insert(plan.base_sets.end(), o.sets.begin(), o.sets.end());
   if (p.base) {
     Config cfg;
-    for (const auto& s : base_sets) config_set(cfg, s);
+    for (const auto& s : plan.base_sets) config_set(cfg, s);
     config_validate(cfg);
-    base_steps = cfg.train.steps;
+    plan.base_steps = cfg.train.steps;
   }
   for (const auto& regime : p.regimes) {
     const bool matched = is_matched(regime);
-    if (matched && std::find(p.regimes.begin(), p.regimes.end(), kMatchedTo) >= std::find(p.regimes.begin(), p.regimes.end(), regime))
+    const auto position = [&](const std::string& g) { return std::find(p.regimes.begin(), p.regimes.end(), g); };
+    if (matched && position(kMatchedTo) >= position(regime))
       fail("[suite] regime ", regime, " needs ", kMatchedTo, " before it in the regime list");
     Config cfg;
     config_set(cfg, "aah.regime=" + (!matched                   ? regime
                                      : regime == kFixedMatched ? std::string("fixed_window_1")
                                      : regime == kCopyMatched  ? std::string("copy_budget_500")
                                                                : std::string("coverage_budget_500")));
-    for (const auto& s : sets) config_set(cfg, s);
+    for (const auto& s : plan.sets) config_set(cfg, s);
     config_validate(cfg);
     controller_config_of(cfg);
-    if (!matched) check_sets_keep_regime(regime, sets);
-    steps = cfg.train.steps, context = cfg.train.context;
+    if (!matched) check_sets_keep_regime(regime, plan.sets);
+    plan.steps = cfg.train.steps, plan.context = cfg.train.context;
   }
+  return plan;
+}
 
-  dir_check_kind(o.out, DirKind::suite, "[suite]", "--out", o.force,
-                 {"suite.json", "data", "base", "runs", "figures", "report.md", "report.html", "report.json",
-                  "runs.csv", "summary.csv", "val_loss_time.csv", "loss_by_position.csv", "timing.json"});
-  make_dirs(o.out);
-  const SuiteLock lock(o.out);  // before suite.json is read or written
-  // suite.json: what this suite is. A rerun must be the same preset with the same assignments (regimes and seeds
-  // may be added); otherwise finished runs would be silently mixed with differently configured ones.
-  const std::string suite_path = o.out + "/suite.json";
-  json suite = {{"preset", p.name}, {"summary", p.summary}, {"sets", sets}, {"regimes", p.regimes},
+// suite.json: what this suite is. A rerun must be the same preset with the same assignments (regimes and seeds
+// may be added); otherwise finished runs would be silently mixed with differently configured ones. Returns the
+// record as written (an earlier one's regimes, seeds and matched baselines kept).
+json suite_record(const SuiteOptions& o, const SuitePlan& plan, const std::string& suite_path) {
+  const SuitePreset& p = plan.p;
+  json suite = {{"preset", p.name}, {"summary", p.summary}, {"sets", plan.sets}, {"regimes", p.regimes},
                 {"seeds", p.seeds}, {"data", o.data.empty() ? p.data : o.data}};
-  if (p.base) suite["base_sets"] = base_sets;
+  if (p.base) suite["base_sets"] = plan.base_sets;
   if (file_exists(suite_path)) {
     const json old = read_json_file(suite_path);
     if (!old.is_object()) fail("[suite] ", suite_path, ": not a JSON object (a suite's record)");
@@ -354,65 +362,172 @@ int suite_run(const SuiteOptions& o) {
     if (old.contains("matched")) suite["matched"] = old["matched"];
   }
   write_file_atomic(suite_path, suite.dump(2) + "\n");
+  return suite;
+}
 
-  const std::string data = o.data.empty() ? o.out + "/data" : o.data;
-  if (o.data.empty()) prepare_data(p, data);
+std::string base_dir(const std::string& out, int seed) { return out + "/base/full-s" + std::to_string(seed); }
 
+// The runs: one base per seed first (a pretrained start), then every regime x seed, each with what is on disk (an
+// evaluation, a checkpoint's step, a base's failed attempts).
+std::vector<Run> suite_runs(const SuiteOptions& o, const SuitePlan& plan, const json& suite) {
+  const SuitePreset& p = plan.p;
   std::vector<Run> runs;
-  int total_steps = 0, left_steps = 0;
-  auto base_dir = [&](int seed) { return o.out + "/base/full-s" + std::to_string(seed); };
-  const size_t bases = p.base ? p.seeds.size() : 0;  // base runs come first, one per seed
-  for (size_t b = 0; b < bases; b++) {
-    const int seed = p.seeds[b];
+  for (int seed : p.base ? p.seeds : std::vector<int>{}) {
     Run r;
-    r.regime = "full", r.seed = seed, r.steps = base_steps, r.base = true, r.dir = base_dir(seed);
+    r.regime = "full", r.seed = seed, r.steps = plan.base_steps, r.base = true, r.dir = base_dir(o.out, seed);
     while (dir_exists(base_failed_dir(r.dir, r.attempt + 1))) r.attempt++;
     r.evaluated = eval_done(r.dir);
     r.done_steps = r.evaluated ? r.steps : checkpoint_step(r.dir);
-    total_steps += r.steps;
-    left_steps += r.steps - r.done_steps;
     runs.push_back(r);
   }
   for (const auto& regime : p.regimes)
     for (int seed : p.seeds) {
       Run r;
-      r.regime = regime, r.seed = seed, r.steps = steps;
+      r.regime = regime, r.seed = seed, r.steps = plan.steps;
       if (is_matched(regime) && suite.contains("matched") && suite["matched"].contains(regime))
         r.regime = suite["matched"][regime]["regime"].get<std::string>();
       r.dir = o.out + "/runs/" + r.regime + "-s" + std::to_string(seed);
       r.evaluated = !is_matched(r.regime) && eval_done(r.dir);
-      r.done_steps = r.evaluated ? steps : !is_matched(r.regime) ? checkpoint_step(r.dir) : 0;
-      total_steps += steps;
-      left_steps += steps - r.done_steps;
+      r.done_steps = r.evaluated ? plan.steps : !is_matched(r.regime) ? checkpoint_step(r.dir) : 0;
       runs.push_back(r);
     }
-  std::fprintf(stderr, "[suite] %s: %zu runs (%zu regimes x %zu seeds), %d steps each; %d of %d steps left\n",
-               p.name.c_str(), runs.size() - bases, p.regimes.size(), p.seeds.size(), steps,
-               left_steps, total_steps);
-  if (p.base)
-    std::fprintf(stderr, "[suite] every run starts from its seed's full-attention base of %d steps (%s/base)\n",
-                 base_steps, o.out.c_str());
+  return runs;
+}
 
-  const std::string exe = self_exe();
-  const double t0 = now_seconds();
-  SuiteEta eta;
-  eta.tail_s = timing_budget_s;
+// The synth retrieval accuracy by distance bucket of an evaluation, for the progress line ("" without).
+std::string retrieval_summary(const json& ev) {
+  std::string recall;
+  if (ev.contains("retrieval") && ev["retrieval"].is_object())
+    for (const auto& bk : ev["retrieval"].value("buckets", json::array()))
+      if (bk.is_object() && bk.value("n", 0) > 0)
+        recall += str_cat(recall.empty() ? ", retrieval " : " ", bk.value("lo", 0), bk["hi"].is_number() ? "-" : "+",
+                          bk["hi"].is_number() ? str_cat(bk["hi"].get<int>() - 1) : "", ":",
+                          int(std::lround(100 * bk.value("accuracy", 0.0))), "%");
+  return recall;
+}
+
+// Runs a suite's runs as child processes (aah train, aah eval, aah probe heads), with progress and an ETA.
+class SuiteRunner {
+ public:
+  SuiteRunner(const SuiteOptions& o, const SuitePlan& plan, std::vector<Run>& runs, std::string data)
+      : o_(o), plan_(plan), runs_(runs), data_(std::move(data)), exe_(self_exe()) {
+    for (const Run& r : runs_) total_steps_ += r.steps, left_steps_ += r.steps - r.done_steps;
+    eta_.tail_s = plan.timing_budget_s;
+    for (const Run& r : runs_) eta_.runs_left += r.evaluated ? 0 : weight(r);
+  }
+  int total_steps() const { return total_steps_; }
+  int left_steps() const { return left_steps_; }
+  const std::string& exe() const { return exe_; }
+
+  // Every run not yet evaluated, in order: trains (a base until it retrieves), evaluates, writes eval.json.
+  int run_all(json& suite, const std::string& suite_path) {
+    const size_t bases = plan_.p.base ? plan_.p.seeds.size() : 0;  // base runs come first, one per seed
+    for (size_t i = 0; i < runs_.size(); i++) {
+      Run& r = runs_[i];
+      if (is_matched(r.regime)) {
+        const std::string name = r.regime;
+        const std::string resolved = resolve_matched(name, suite, suite_path, runs_, plan_.context);
+        for (Run& m : runs_)  // this seed and the others of the matched regime
+          if (m.regime == name) {
+            m.regime = resolved;
+            m.dir = o_.out + "/runs/" + resolved + "-s" + std::to_string(m.seed);
+            m.evaluated = eval_done(m.dir);
+            m.done_steps = m.evaluated ? plan_.steps : checkpoint_step(m.dir);
+          }
+      }
+      // Base runs are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
+      const std::string tag = r.base ? str_cat("[base ", i + 1, "/", bases, " s", r.seed, "]")
+                                     : str_cat("[", i + 1 - bases, "/", runs_.size() - bases, " ", r.regime, " s",
+                                               r.seed, "]");
+      if (r.evaluated) {
+        std::fprintf(stderr, "%s finished earlier: skipped\n", tag.c_str());
+        continue;
+      }
+      const double run_t0 = now_seconds();
+      eta_.current_fraction = 0, eta_.current_seconds = 0;
+      json ev;
+      const bool checks = r.base && synth_is_corpus(data_);
+      if (const int rc = checks ? train_base(r, tag, run_t0, ev) : train_and_evaluate(r, tag, run_t0, ev); rc != 0)
+        return rc;
+      write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
+      // A run resumed from a checkpoint counts as the share of a run it trained here.
+      const double share = r.done_steps > 0 ? double(r.steps - r.done_steps) / r.steps : 1.0;
+      eta_.finished_runs += share * weight(r), eta_.finished_seconds += now_seconds() - run_t0;
+      eta_.runs_left -= weight(r);
+      eta_.current_fraction = 0;
+      std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s%s | suite ETA %s\n",
+                   tag.c_str(), ev["val_loss"].get<double>(), ev["inference_acr"].get<double>(),
+                   ev["pair_ratio"].get<double>(), ev["tokens_per_s"].get<double>(), retrieval_summary(ev).c_str(),
+                   format_duration(suite_eta_seconds(eta_)).c_str());
+    }
+    return 0;
+  }
+
+ private:
   // ETA in units of one regime run: a base run counts as its steps / the regime runs' steps.
-  auto weight = [&](const Run& r) { return double(r.steps) / steps; };
-  for (const Run& r : runs) eta.runs_left += r.evaluated ? 0 : weight(r);
+  double weight(const Run& r) const { return double(r.steps) / plan_.steps; }
+
+  int train_and_evaluate(Run& r, const std::string& tag, double run_t0, json& ev) {
+    if (const int rc = train(r, tag, run_t0); rc != 0) return rc;
+    return evaluate(r, tag, ev);
+  }
+
+  // A base on synth data trains on until it retrieves at the farthest distance (base_extend_steps at a time, up to
+  // base_max_steps; its steps are the first of base_steps + k x extend at or past its checkpoint, so a rerun
+  // continues where it stopped); one that still does not starts again from a new initialization, its failed
+  // attempt kept and evaluated, at most base_restarts times. Leaves the last evaluation in ev.
+  int train_base(Run& r, const std::string& tag, double run_t0, json& ev) {
+    const SuitePreset& p = plan_.p;
+    const bool extends = p.base_extend_steps > 0;
+    if (extends && r.done_steps > r.steps) {
+      const int k = (r.done_steps - plan_.base_steps + p.base_extend_steps - 1) / p.base_extend_steps;
+      const int target = std::min(p.base_max_steps, plan_.base_steps + k * p.base_extend_steps);
+      total_steps_ += target - r.steps, left_steps_ += target - r.steps;
+      r.steps = target;
+    }
+    auto far = [&] { return retrieval_far_accuracy(ev.value("retrieval", json())); };
+    for (;;) {
+      if (const int rc = train_and_evaluate(r, tag, run_t0, ev); rc != 0) return rc;
+      while (extends && !(far() >= kRetrievalKept) && r.steps < p.base_max_steps) {
+        const int more = std::min(p.base_extend_steps, p.base_max_steps - r.steps);
+        std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: training on to %d "
+                     "(at most %d)\n", tag.c_str(), far(), kRetrievalKept, r.steps, r.steps + more, p.base_max_steps);
+        r.done_steps = r.steps;
+        r.steps += more, total_steps_ += more, left_steps_ += more;
+        if (const int rc = train_and_evaluate(r, tag, run_t0, ev); rc != 0) return rc;
+      }
+      if (far() >= kRetrievalKept || r.attempt >= p.base_restarts) break;
+      // Still no copy: start again from a new initialization; the failed attempt stays on disk, evaluated.
+      write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
+      const std::string failed = base_failed_dir(r.dir, r.attempt + 1);
+      rename_to_new(r.dir, failed);
+      r.attempt++;
+      std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: kept as %s; starting "
+                   "again from a new initialization (train.seed %d, restart %d of at most %d)\n", tag.c_str(), far(),
+                   kRetrievalKept, r.steps, failed.c_str(), r.seed + kBaseRestartSeedStride * r.attempt, r.attempt,
+                   p.base_restarts);
+      total_steps_ += plan_.base_steps, left_steps_ += plan_.base_steps;
+      r.done_steps = 0, r.steps = plan_.base_steps;
+    }
+    if (!(far() >= kRetrievalKept))
+      std::fprintf(stderr, "%s still does not retrieve at the farthest distance after %d start(s): its runs are "
+                   "reported, and the report counts only seeds whose base retrieves\n", tag.c_str(), r.attempt + 1);
+    return 0;
+  }
+
   // Trains r up to r.steps (resuming from its checkpoint, a base with its extended train.steps); 0 or the exit code.
-  auto train_run_step = [&](Run& r, const std::string& tag, double run_t0) {
+  int train(Run& r, const std::string& tag, double run_t0) {
     if (r.done_steps >= r.steps) return 0;
-    std::vector<std::string> argv = {exe, "train", "--data", data, "--out", r.dir};
+    std::vector<std::string> argv = {exe_, "train", "--data", data_, "--out", r.dir};
     if (r.done_steps > 0) {
       argv.push_back("--resume");
       if (r.base) argv.insert(argv.end(), {"--set", "train.steps=" + std::to_string(r.steps)});
     } else {
       argv.push_back("--force");  // at most an unfinished start without a checkpoint: nothing to keep
       argv.insert(argv.end(), {"--set", "aah.regime=" + r.regime});  // first: a regime clears aah.* knobs
-      for (const auto& s : r.base ? base_sets : sets) argv.insert(argv.end(), {"--set", s});
+      for (const auto& s : r.base ? plan_.base_sets : plan_.sets) argv.insert(argv.end(), {"--set", s});
       argv.insert(argv.end(), {"--set", "train.seed=" + std::to_string(r.seed + kBaseRestartSeedStride * r.attempt)});
-      if (p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(r.seed)});
+      if (plan_.p.base && !r.base) argv.insert(argv.end(), {"--set", "train.init_from=" + base_dir(o_.out, r.seed)});
     }
     std::fprintf(stderr, "%s %s %s\n", tag.c_str(), r.done_steps > 0 ? "resuming at step" : "training",
                  r.done_steps > 0 ? std::to_string(r.done_steps).c_str() : r.dir.c_str());
@@ -421,14 +536,14 @@ int suite_run(const SuiteOptions& o) {
     auto progress = [&](const std::string& line) {
       int s = 0;
       if (parse_step(line, &s)) {
-        left_steps -= s - last;
+        left_steps_ -= s - last;
         last = s;
         // Time per run from the runs finished here (training and evaluation); before the first, from this one.
-        eta.current_fraction = weight(r) * double(s - first) / std::max(1, r.steps - first);
-        eta.current_seconds = now_seconds() - run_t0;
+        eta_.current_fraction = weight(r) * double(s - first) / std::max(1, r.steps - first);
+        eta_.current_seconds = now_seconds() - run_t0;
         std::fprintf(stderr, "%s %s | suite %d%% ETA %s\n", tag.c_str(), line.c_str(),
-                     int(100.0 * (total_steps - left_steps) / total_steps),
-                     format_duration(suite_eta_seconds(eta)).c_str());
+                     int(100.0 * (total_steps_ - left_steps_) / total_steps_),
+                     format_duration(suite_eta_seconds(eta_)).c_str());
       } else if (!line.empty()) {
         std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str());
       }
@@ -439,12 +554,13 @@ int suite_run(const SuiteOptions& o) {
       std::fprintf(stderr, "[suite] %s: aah train exited with %d%s\n", r.dir.c_str(), rc,
                    rc >= 128 ? "; rerun the same command to resume" : "");
     return rc;
-  };
+  }
+
   // aah eval of r into ev (and, for a full run on synth data, aah probe heads into probe.json); 0 or an exit code.
-  auto evaluate_run = [&](const Run& r, const std::string& tag, json& ev) {
+  int evaluate(const Run& r, const std::string& tag, json& ev) {
     std::string out;
     auto say = [&](const std::string& line) { std::fprintf(stderr, "%s %s\n", tag.c_str(), line.c_str()); };
-    const int rc = process_run({exe, "eval", "--run", r.dir, "--data", data, "--json"},
+    const int rc = process_run({exe_, "eval", "--run", r.dir, "--data", data_, "--json"},
                                {.output = &out, .on_stderr_line = say, .forward_signals = true});
     ev = json::parse(out, nullptr, false);
     if (rc != 0 || !ev.is_object()) {
@@ -453,9 +569,9 @@ int suite_run(const SuiteOptions& o) {
     }
     // Which heads retrieve (synth data, full windows), for the report. Before eval.json: a rerun skips a run
     // that has one.
-    if (r.regime == "full" && !r.base && synth_is_corpus(data)) {
+    if (r.regime == "full" && !r.base && synth_is_corpus(data_)) {
       std::string probe;
-      const int prc = process_run({exe, "probe", "heads", "--run", r.dir, "--data", data, "--json"},
+      const int prc = process_run({exe_, "probe", "heads", "--run", r.dir, "--data", data_, "--json"},
                                   {.output = &probe, .on_stderr_line = say, .forward_signals = true});
       const json pj = json::parse(probe, nullptr, false);
       if (prc >= 128) return prc;  // interrupted: a rerun evaluates and probes again
@@ -467,92 +583,46 @@ int suite_run(const SuiteOptions& o) {
       }
     }
     return 0;
-  };
-  for (size_t i = 0; i < runs.size(); i++) {
-    Run& r = runs[i];
-    if (is_matched(r.regime)) {
-      const std::string name = r.regime;
-      const std::string resolved = resolve_matched(name, suite, suite_path, runs, context);
-      for (Run& m : runs)  // this seed and the others of the matched regime
-        if (m.regime == name) {
-          m.regime = resolved;
-          m.dir = o.out + "/runs/" + resolved + "-s" + std::to_string(m.seed);
-          m.evaluated = eval_done(m.dir);
-          m.done_steps = m.evaluated ? steps : checkpoint_step(m.dir);
-        }
-    }
-    // Base runs are counted apart: "[base 1/3 s0]", then "[1/24 full s0]" ...
-    const std::string tag = r.base ? str_cat("[base ", i + 1, "/", bases, " s", r.seed, "]")
-                                   : str_cat("[", i + 1 - bases, "/", runs.size() - bases, " ", r.regime, " s",
-                                             r.seed, "]");
-    if (r.evaluated) {
-      std::fprintf(stderr, "%s finished earlier: skipped\n", tag.c_str());
-      continue;
-    }
-    const double run_t0 = now_seconds();
-    eta.current_fraction = 0, eta.current_seconds = 0;
-    // A base trains on until it retrieves (base_extend_steps at a time, up to base_max_steps): its steps are the
-    // first of base_steps + k x extend at or past its checkpoint, so a rerun continues where it stopped.
-    const bool checks = r.base && synth_is_corpus(data);
-    const bool extends = checks && p.base_extend_steps > 0;
-    if (extends && r.done_steps > r.steps) {
-      const int k = (r.done_steps - base_steps + p.base_extend_steps - 1) / p.base_extend_steps;
-      const int target = std::min(p.base_max_steps, base_steps + k * p.base_extend_steps);
-      total_steps += target - r.steps, left_steps += target - r.steps;
-      r.steps = target;
-    }
-    json ev;
-    auto retrieves = [&] { return retrieval_far_accuracy(ev.value("retrieval", json())) >= kRetrievalKept; };
-    for (;;) {
-      if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
-      if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
-      while (extends && !retrieves() && r.steps < p.base_max_steps) {
-        const int more = std::min(p.base_extend_steps, p.base_max_steps - r.steps);
-        std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: training on to %d "
-                     "(at most %d)\n", tag.c_str(), retrieval_far_accuracy(ev.value("retrieval", json())),
-                     kRetrievalKept, r.steps, r.steps + more, p.base_max_steps);
-        r.done_steps = r.steps;
-        r.steps += more, total_steps += more, left_steps += more;
-        if (const int rc = train_run_step(r, tag, run_t0); rc != 0) return rc;
-        if (const int rc = evaluate_run(r, tag, ev); rc != 0) return rc;
-      }
-      if (!checks || retrieves() || r.attempt >= p.base_restarts) break;
-      // Still no copy: start again from a new initialization; the failed attempt stays on disk, evaluated.
-      write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
-      const std::string failed = base_failed_dir(r.dir, r.attempt + 1);
-      rename_to_new(r.dir, failed);
-      r.attempt++;
-      std::fprintf(stderr, "%s retrieval at the farthest distance %.3f < %.2f after %d steps: kept as %s; starting "
-                   "again from a new initialization (train.seed %d, restart %d of at most %d)\n", tag.c_str(),
-                   retrieval_far_accuracy(ev.value("retrieval", json())), kRetrievalKept, r.steps, failed.c_str(),
-                   r.seed + kBaseRestartSeedStride * r.attempt, r.attempt, p.base_restarts);
-      total_steps += base_steps, left_steps += base_steps;
-      r.done_steps = 0, r.steps = base_steps;
-    }
-    if (r.base && !retrieves() && checks)
-      std::fprintf(stderr, "%s still does not retrieve at the farthest distance after %d start(s): its runs are "
-                   "reported, and the report counts only seeds whose base retrieves\n", tag.c_str(), r.attempt + 1);
-    write_file_atomic(r.dir + "/eval.json", ev.dump(2) + "\n");
-    // A run resumed from a checkpoint counts as the share of a run it trained here.
-    const double share = r.done_steps > 0 ? double(r.steps - r.done_steps) / r.steps : 1.0;
-    eta.finished_runs += share * weight(r), eta.finished_seconds += now_seconds() - run_t0;
-    eta.runs_left -= weight(r);
-    eta.current_fraction = 0;
-    std::string recall;  // synth: retrieval accuracy by distance bucket
-    if (ev.contains("retrieval") && ev["retrieval"].is_object())
-      for (const auto& bk : ev["retrieval"].value("buckets", json::array()))
-        if (bk.is_object() && bk.value("n", 0) > 0)
-          recall += str_cat(recall.empty() ? ", retrieval " : " ", bk.value("lo", 0), bk["hi"].is_number() ? "-" : "+",
-                            bk["hi"].is_number() ? str_cat(bk["hi"].get<int>() - 1) : "", ":",
-                            int(std::lround(100 * bk.value("accuracy", 0.0))), "%");
-    std::fprintf(stderr, "%s val loss %.4f, inference ACR %.4f, pair ratio %.4f, %.0f tokens/s%s | suite ETA %s\n",
-                 tag.c_str(), ev["val_loss"].get<double>(), ev["inference_acr"].get<double>(),
-                 ev["pair_ratio"].get<double>(), ev["tokens_per_s"].get<double>(), recall.c_str(),
-                 format_duration(suite_eta_seconds(eta)).c_str());
   }
-  std::fprintf(stderr, "[suite] all %zu runs finished (%s)\n", runs.size(), format_duration(now_seconds() - t0).c_str());
-  if (timing_budget_s > 0) {
-    const int rc = suite_timing(o.out, exe, timing_budget_s);
+
+  const SuiteOptions& o_;
+  const SuitePlan& plan_;
+  std::vector<Run>& runs_;
+  const std::string data_, exe_;
+  int total_steps_ = 0, left_steps_ = 0;
+  SuiteEta eta_;
+};
+
+}  // namespace
+
+int suite_run(const SuiteOptions& o) {
+  const SuitePlan plan = suite_plan(o);
+  const SuitePreset& p = plan.p;
+  dir_check_kind(o.out, DirKind::suite, "[suite]", "--out", o.force,
+                 {"suite.json", "data", "base", "runs", "figures", "report.md", "report.html", "report.json",
+                  "runs.csv", "summary.csv", "val_loss_time.csv", "loss_by_position.csv", "timing.json"});
+  make_dirs(o.out);
+  const SuiteLock lock(o.out);  // before suite.json is read or written
+  const std::string suite_path = o.out + "/suite.json";
+  json suite = suite_record(o, plan, suite_path);
+  const std::string data = o.data.empty() ? o.out + "/data" : o.data;
+  if (o.data.empty()) prepare_data(p, data);
+
+  std::vector<Run> runs = suite_runs(o, plan, suite);
+  SuiteRunner runner(o, plan, runs, data);
+  const size_t bases = p.base ? p.seeds.size() : 0;
+  std::fprintf(stderr, "[suite] %s: %zu runs (%zu regimes x %zu seeds), %d steps each; %d of %d steps left\n",
+               p.name.c_str(), runs.size() - bases, p.regimes.size(), p.seeds.size(), plan.steps,
+               runner.left_steps(), runner.total_steps());
+  if (p.base)
+    std::fprintf(stderr, "[suite] every run starts from its seed's full-attention base of %d steps (%s/base)\n",
+                 plan.base_steps, o.out.c_str());
+  const double t0 = now_seconds();
+  if (const int rc = runner.run_all(suite, suite_path); rc != 0) return rc;
+  std::fprintf(stderr, "[suite] all %zu runs finished (%s)\n", runs.size(),
+               format_duration(now_seconds() - t0).c_str());
+  if (plan.timing_budget_s > 0) {
+    const int rc = suite_timing(o.out, runner.exe(), plan.timing_budget_s);
     if (rc != 0) return rc;
   }
   if (!o.no_report) report_write(o.out);
