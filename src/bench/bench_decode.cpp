@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/sys.h"
 #include "infer/decoder.h"
+#include "model/engine.h"
 #include "model/model.h"
 
 namespace aah {
@@ -22,7 +23,8 @@ namespace {
 struct DecodeSet {
   std::string name;
   std::vector<int> head_windows;  // (H) the same in every layer
-  std::unique_ptr<Model<float>> model;
+  std::unique_ptr<Engine> engine;  // its model: weights from seed 0, windows set by hand
+  Model<float>* model = nullptr;
   std::unique_ptr<Decoder> dec;
   double kv_bytes = 0, decode_attn_pairs = 0, window_ratio = 1;
 };
@@ -51,8 +53,10 @@ int bench_decode(const BenchOptions& o, int T) {
   static_assert(steps % kBlocks == 0);
   std::vector<MeasureCase> cases;
   for (DecodeSet& s : sets) {
-    s.model = std::make_unique<Model<float>>(m, 1, T, /*with_grads=*/false);
-    s.model->init_weights(0);
+    Config c;
+    c.model = m;
+    s.engine = std::make_unique<Engine>(c, EngineOptions{.batch = 1, .context = T, .window_policy = false});
+    s.model = &s.engine->model;
     for (int l = 0; l < L; l++)
       for (int h = 0; h < H; h++) s.model->windows()[size_t(l) * H + h] = s.head_windows[h];
     double wsum = 0;

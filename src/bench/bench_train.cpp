@@ -37,9 +37,20 @@ MeasureCase SgemmBench::make_case() const {
           }};
 }
 
+namespace {
+Config with_seed0(Config c) {
+  c.train.seed = 0;
+  return c;
+}
+}  // namespace
+
 BenchTrainer::BenchTrainer(const Config& c)
-    : cfg(c), B(c.train.batch_size), T(c.train.context), model(c.model, B, T), tokens(size_t(B) * T + 1) {
-  model.init_weights(0);
+    : cfg(c),
+      B(c.train.batch_size),
+      T(c.train.context),
+      engine(with_seed0(c), {.batch = B, .context = T, .with_grads = true, .window_policy = false}),
+      model(engine.model),
+      tokens(size_t(B) * T + 1) {
   opt.init(model);
   Rng rng(1);
   for (auto& t : tokens) t = int32_t(rng.below(c.model.vocab_size));

@@ -6,6 +6,7 @@
 
 #include "bench/measure.h"
 #include "model/config.h"
+#include "model/engine.h"
 #include "model/model.h"
 #include "train/optimizer.h"
 
@@ -37,7 +38,8 @@ struct BenchTrainer {
   explicit BenchTrainer(const Config& cfg);
   Config cfg;
   int B, T;
-  Model<float> model;
+  Engine engine;  // weights from seed 0, no window policy (the bench sets the windows)
+  Model<float>& model;
   AdamW opt;
   std::vector<int32_t> tokens;  // (B T + 1)
   void step();

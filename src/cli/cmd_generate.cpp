@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "formats/safetensors.h"
 #include "text/tokenizer.h"
+#include "model/engine.h"
 #include "model/weights.h"
 #include "model/window_policy.h"
 
@@ -66,13 +67,12 @@ int run_generate(const GenerateOptions& o) {
     if (id >= cfg.model.vocab_size)
       fail("[generate] prompt token ", id, " is outside the model's vocabulary (", cfg.model.vocab_size, ")");
   const int positions = int(ids.size()) + o.max_new;
-  Model<float> model(cfg.model, 1, std::min(positions, cfg.train.context), /*with_grads=*/false);
-  weights_load_dir(o.run, model);
-  {
-    WindowPolicyRunner policy(cfg, model);  // the windows in force at the checkpoint
-    const std::string state = o.run + "/controller_state.safetensors";
-    if (path_exists(state)) policy.load(SafetensorsReader(state));
-  }
+  // The windows in force at the checkpoint (restored by the policy, which then leaves: decoding changes none).
+  const std::string state = o.run + "/controller_state.safetensors";
+  Engine engine(cfg, {.batch = 1, .context = std::min(positions, cfg.train.context), .weights = o.run,
+                      .controller_state = path_exists(state) ? state : ""});
+  engine.policy.reset();
+  Model<float>& model = engine.model;
   Decoder dec(model, positions);
   Sampler sampler(o.sampler);
   const double t0 = now_seconds();

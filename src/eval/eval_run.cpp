@@ -17,6 +17,7 @@
 #include "data/synth.h"
 #include "text/tokenizer.h"
 #include "model/config.h"
+#include "model/engine.h"
 #include "model/weights.h"
 #include "model/window_policy.h"
 
@@ -85,9 +86,6 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   // No larger micro-batch than there are windows (logits rows are V wide: 151,936 floats each for Qwen3).
   const int64_t n_windows = std::min<int64_t>((int64_t(val.tokens.size()) - 1) / T, cfg.train.eval_windows);
   const int batch = int(std::min<int64_t>(cfg.train.batch_size, n_windows));
-  Model<float> model(cfg.model, batch, T, /*with_grads=*/false);
-  model.backend = &backend_named(cfg.aah.attention);
-  weights_load_dir(o.run, model);
   // The windows: the checkpoint's cached decisions when the run was trained under this regime; otherwise (a
   // pretrained model, or --set aah.regime=...) the regime's controller, with its seeded scorers, decides them
   // during evaluation: every evaluation batch is a control update, starting from full windows.
@@ -106,8 +104,10 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   if (!restore && controller_config_of(cfg).policy == WindowPolicy::oracle)
     fail("[eval] regime ", cfg.aah.regime, ": policy oracle's windows come from a training run's cut probe of its ",
          "base (aah train with train.init_from); evaluate such a run under its own regime");
-  WindowPolicyRunner policy(restore ? run_cfg : cfg, model);
-  if (restore) policy.load(*reader);
+  Engine engine(restore ? run_cfg : cfg,
+                {.batch = batch, .context = T, .weights = o.run, .controller_state = restore ? state : ""});
+  Model<float>& model = engine.model;
+  WindowPolicyRunner& policy = *engine.policy;
   const bool decide = !restore;
   const Controller& controller = policy.controller();
   const int interval = controller.config().control_interval;

@@ -9,6 +9,7 @@
 #include "data/synth.h"
 #include "kernels/attention_common.h"
 #include "model/config.h"
+#include "model/engine.h"
 #include "model/weights.h"
 
 namespace aah {
@@ -101,9 +102,8 @@ nlohmann::json probe_heads(const ProbeHeadsOptions& o) {
   RetrievalSet set(cfg, val, "[probe]");
   const std::vector<int> candidates = controller_config_of(cfg).windows;
 
-  Model<float> model(cfg.model, set.batch, T, /*with_grads=*/false);
-  model.backend = &backend_named(cfg.aah.attention);
-  weights_load_dir(o.run, model);
+  Engine engine(cfg, {.batch = set.batch, .context = T, .weights = o.run, .window_policy = false});
+  Model<float>& model = engine.model;
   // Full windows: the mass on each question's DEF k v, measured from the q and k each layer's attention gets.
   std::vector<double> mass(size_t(L) * H, 0.0);  // (L, H) summed over the questions
   model.set_full_windows(T);
@@ -139,9 +139,8 @@ RetrievalCutTable retrieval_cut_table(const Config& cfg, const std::string& weig
   t.questions = set.n;
   const int T = cfg.train.context, N = cfg.model.num_hidden_layers * cfg.model.num_attention_heads;
   const int K = int(t.windows.size());
-  Model<float> model(cfg.model, set.batch, T, /*with_grads=*/false);
-  model.backend = &backend_named(cfg.aah.attention);
-  weights_load_dir(weights_dir, model);
+  Engine engine(cfg, {.batch = set.batch, .context = T, .weights = weights_dir, .window_policy = false});
+  Model<float>& model = engine.model;
   model.set_full_windows(T);
   const nlohmann::json full = set.score(model, t.windows);
   t.loss_full = full["loss"].get<double>(), t.accuracy_full = full["accuracy"].get<double>();

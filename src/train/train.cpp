@@ -25,6 +25,7 @@
 #include "core/files.h"
 #include "formats/safetensors.h"
 #include "data/shard.h"
+#include "model/engine.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "model/window_policy.h"
@@ -332,13 +333,11 @@ int checkpoint_verify(const std::string& run) {
   const std::string dir = checkpoint_dir(run);
   if (dir.empty()) return -1;
   const Config cfg = run_config_load(dir);
-  Model<float> model(cfg.model, 1, cfg.train.context);
-  model.backend = &backend_named(cfg.aah.attention);
+  Engine engine(cfg, {.batch = 1, .with_grads = true});
   AdamW opt;
-  opt.init(model);
-  WindowPolicyRunner policy(cfg, model);
+  opt.init(engine.model);
   TrainState st;
-  load_checkpoint(dir, model, opt, st, policy);
+  load_checkpoint(dir, engine.model, opt, st, *engine.policy);
   return st.step;
 }
 
@@ -431,12 +430,11 @@ int train_run(const TrainOptions& o) {
          " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
          "hidden_size or num_hidden_layers");
   comm.barrier();  // every rank has checked the run directory before training starts
-  Model<float> model(mc, Bl, T);
-  model.backend = &backend_named(cfg.aah.attention);
+  Engine engine(cfg, {.batch = Bl, .context = T, .with_grads = true});  // weights from train.seed, replaced below
+  Model<float>& model = engine.model;                                      // on --resume or with train.init_from
+  WindowPolicyRunner& policy = *engine.policy;
   AdamW opt;
   opt.init(model);
-
-  WindowPolicyRunner policy(cfg, model);
   if (ranks > 1) policy.set_comm(&comm);
   if (!o.trace_file.empty() && lead) policy.open_trace(o.trace_file, o.resume);  // global features and decisions
   GradSync grad_sync(comm, model, o.allreduce == "overlap");
@@ -452,7 +450,6 @@ int train_run(const TrainOptions& o) {
     if (lead) truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
     if (!quiet) std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
   } else {
-    model.init_weights(uint64_t(tc.seed));
     if (!tc.init_from.empty()) {
       init_from_dir(tc.init_from, mc, model);
       if (!quiet) std::fprintf(stderr, "[train] starting from the weights of %s\n", tc.init_from.c_str());

@@ -1,0 +1,20 @@
+#include "model/engine.h"
+
+#include "formats/safetensors.h"
+#include "model/weights.h"
+
+namespace aah {
+
+Engine::Engine(const Config& cfg, const EngineOptions& o)
+    : model(cfg.model, o.batch, o.context > 0 ? o.context : cfg.train.context, o.with_grads) {
+  model.backend = &backend_named(cfg.aah.attention);
+  if (o.weights.empty())
+    model.init_weights(uint64_t(cfg.train.seed));
+  else
+    weights_load_dir(o.weights, model);
+  if (!o.window_policy) return;
+  policy.emplace(cfg, model);
+  if (!o.controller_state.empty()) policy->load(SafetensorsReader(o.controller_state));
+}
+
+}  // namespace aah
