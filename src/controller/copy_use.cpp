@@ -15,12 +15,32 @@ namespace {
 
 constexpr int kQueryBlock = 64;  // query rows per score block, as in coverage.cpp
 
-// use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch.
+// sum of e[lo .. hi) in double, in a fixed order (the compiler's simd reduction of this loop, the same every call).
+double stretch_sum(const float* e, int lo, int hi) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int j = lo; j < hi; j++) s += double(e[j]);
+  return s;
+}
+
+constexpr int kMaxWindows = 8;
+
+// use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch; prev (T) scratch.
 void head_copy_use(const Backend<float>& be, double* use, float* per_query, const float* q, const float* k,
-                   const int32_t* x, int T, int D, const int* windows, int K, float* scores) {
+                   const int32_t* x, int T, int D, const int* windows, int K, float* scores, std::vector<int>& prev) {
+  AAH_CHECK(K <= kMaxWindows, "[copy] at most ", kMaxWindows, " candidate windows, got ", K);
   const float scale = 1.0f / std::sqrt(float(D));
   std::fill(use, use + K, 0.0);
   if (per_query) std::fill(per_query, per_query + size_t(T) * K, 0.0f);
+  // prev[j]: the last earlier position holding token x[j] (-1: none). A query's copy set is then two short chains
+  // (the earlier occurrences of its target, and of its own token), not a pass over every key.
+  prev.assign(size_t(T), -1);
+  std::vector<int> last;  // per token id, its last position so far
+  for (int j = 0; j < T; j++) {
+    AAH_CHECK(x[j] >= 0, "[copy] token id ", x[j], " is negative");
+    if (size_t(x[j]) >= last.size()) last.resize(size_t(x[j]) + 1, -1);
+    prev[size_t(j)] = last[size_t(x[j])], last[size_t(x[j])] = j;
+  }
   for (int i0 = 0; i0 < T - 1; i0 += kQueryBlock) {
     const int i1 = std::min(T - 1, i0 + kQueryBlock);
     be.matmul_forward(scores, q + size_t(i0) * D, k, i1 - i0, D, i1);  // (i1 - i0, i1) = q_blk k^T
@@ -30,26 +50,26 @@ void head_copy_use(const Backend<float>& be, double* use, float* per_query, cons
       if (n <= windows[0]) continue;  // every window holds every key: nothing beyond
       const double total = be.exp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
       const int32_t y = x[i + 1], xi = x[i];
-      // Keys from 0 outwards to each window's edge, the largest window's (nearest to 0) first; keys 0 .. i - W_c
-      // lie beyond W_c. Running sums: all mass, copy mass, copy count.
-      // Each stretch between two window edges is one vectorized reduction (its order of additions is the
-      // vector width's: deterministic for a build, independent of the thread count).
-      double all = 0, copy = 0, count = 0;
+      // Copy mass and count beyond each window W_c (keys 0 .. n - W_c - 1): x_j = y, or x_j = x_i with
+      // x_{j+1} = y (when x_i = y the second set is inside the first: each position counts once).
+      double copy[kMaxWindows] = {}, count[kMaxWindows] = {};
+      auto add = [&](int j) {
+        for (int c = 0; c < K; c++)
+          if (j < n - windows[c]) copy[c] += e[j], count[c] += 1;
+      };
+      for (int j = prev[size_t(i + 1)]; j >= 0; j = prev[size_t(j)]) add(j);  // j <= i
+      if (xi != y)
+        for (int j = prev[size_t(i)]; j >= 0; j = prev[size_t(j)])
+          if (x[j + 1] == y) add(j);
+      // All mass beyond each window, from 0 outwards to each window's edge (the largest window's first).
+      double all = 0;
       int j = 0;
       for (int c = K - 1; c >= 0; c--) {
         const int beyond = n - windows[c];
         if (beyond <= 0) continue;
-        double a = 0, cp = 0, cnt = 0;
-#pragma omp simd reduction(+ : a, cp, cnt)
-        for (int jj = j; jj < beyond; jj++) {
-          const bool in_copy_set = x[jj] == y || (x[jj] == xi && x[jj + 1] == y);  // jj + 1 <= i here
-          a += double(e[jj]);
-          cp += in_copy_set ? double(e[jj]) : 0.0;
-          cnt += in_copy_set ? 1.0 : 0.0;
-        }
+        all += stretch_sum(e, j, beyond);
         j = beyond;
-        all += a, copy += cp, count += cnt;
-        const double u = (copy - all * count / double(beyond)) / total;
+        const double u = (copy[c] - all * count[c] / double(beyond)) / total;
         use[c] += u;
         if (per_query) per_query[size_t(i) * K + c] = float(u);
       }
@@ -128,12 +148,13 @@ void copy_use(const Backend<float>& be, double* use, const float* q, const float
 #pragma omp parallel if (tasks > 1)
   {
     std::vector<float> scores(size_t(std::min(T, kQueryBlock)) * T);
+    std::vector<int> prev;
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; t++) {
       const int s = t / H, h = t % H;
       head_copy_use(be, use + size_t(t) * K, per_query ? per_query + size_t(t) * T * K : nullptr,
                     q + (size_t(s) * H + h) * per_head, k + (size_t(s) * Hkv + h / group) * per_head,
-                    tokens + size_t(s) * T, T, D, windows, K, scores.data());
+                    tokens + size_t(s) * T, T, D, windows, K, scores.data(), prev);
     }
   }
 }
