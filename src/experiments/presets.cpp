@@ -160,8 +160,8 @@ SuitePreset suite_preset(const std::string& name) {
     p.summary = "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
                 "attention base of 12,000 steps, then the five main regimes + coverage and copy use (per head and counted once) at pair budget 0.5 "
                 "with its controls (copy use shuffled across heads, the oracle of per-head cuts), a fixed window and "
-                "random windows fine-tune 1,000 steps from it, 3 seeds (~50 minutes; up to 9 more per base that "
-                "trains on)";
+                "random windows fine-tune 1,000 steps from it, 3 seeds (~50 minutes; a base that does not retrieve "
+                "trains on or starts again: up to ~20 more minutes each)";
     p.data = "synth", p.data_vocab = 128;
     p.synth = retrieval_synth();
     p.sets = {"vocab_size=128",       "hidden_size=64",          "intermediate_size=192", "num_hidden_layers=2",
