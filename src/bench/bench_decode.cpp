@@ -55,7 +55,7 @@ int bench_decode(const BenchOptions& o, int T) {
   for (DecodeSet& s : sets) {
     Config c;
     c.model = m;
-    s.engine = std::make_unique<Engine>(c, EngineOptions{.batch = 1, .context = T, .window_policy = false});
+    s.engine = std::make_unique<Engine>(c, EngineOptions(1, T).no_policy());
     s.model = &s.engine->model;
     for (int l = 0; l < L; l++)
       for (int h = 0; h < H; h++) s.model->windows()[size_t(l) * H + h] = s.head_windows[h];

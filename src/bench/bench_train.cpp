@@ -48,7 +48,7 @@ BenchTrainer::BenchTrainer(const Config& c)
     : cfg(c),
       B(c.train.batch_size),
       T(c.train.context),
-      engine(with_seed0(c), {.batch = B, .context = T, .with_grads = true, .window_policy = false}),
+      engine(with_seed0(c), EngineOptions(B, T).training().no_policy()),
       model(engine.model),
       tokens(size_t(B) * T + 1) {
   opt.init(model);

@@ -69,8 +69,9 @@ int run_generate(const GenerateOptions& o) {
   const int positions = int(ids.size()) + o.max_new;
   // The windows in force at the checkpoint (restored by the policy, which then leaves: decoding changes none).
   const std::string state = o.run + "/controller_state.safetensors";
-  Engine engine(cfg, {.batch = 1, .context = std::min(positions, cfg.train.context), .weights = o.run,
-                      .controller_state = path_exists(state) ? state : ""});
+  Engine engine(cfg, EngineOptions(1, std::min(positions, cfg.train.context))
+                         .load(o.run)
+                         .restore(path_exists(state) ? state : ""));
   engine.policy.reset();
   Model<float>& model = engine.model;
   Decoder dec(model, positions);

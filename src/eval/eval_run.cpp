@@ -104,8 +104,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
   if (!restore && controller_config_of(cfg).policy == WindowPolicy::oracle)
     fail("[eval] regime ", cfg.aah.regime, ": policy oracle's windows come from a training run's cut probe of its ",
          "base (aah train with train.init_from); evaluate such a run under its own regime");
-  Engine engine(restore ? run_cfg : cfg,
-                {.batch = batch, .context = T, .weights = o.run, .controller_state = restore ? state : ""});
+  Engine engine(restore ? run_cfg : cfg, EngineOptions(batch, T).load(o.run).restore(restore ? state : ""));
   Model<float>& model = engine.model;
   WindowPolicyRunner& policy = *engine.policy;
   const bool decide = !restore;

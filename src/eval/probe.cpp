@@ -102,7 +102,7 @@ nlohmann::json probe_heads(const ProbeHeadsOptions& o) {
   RetrievalSet set(cfg, val, "[probe]");
   const std::vector<int> candidates = controller_config_of(cfg).windows;
 
-  Engine engine(cfg, {.batch = set.batch, .context = T, .weights = o.run, .window_policy = false});
+  Engine engine(cfg, EngineOptions(set.batch, T).load(o.run).no_policy());
   Model<float>& model = engine.model;
   // Full windows: the mass on each question's DEF k v, measured from the q and k each layer's attention gets.
   std::vector<double> mass(size_t(L) * H, 0.0);  // (L, H) summed over the questions
@@ -139,7 +139,7 @@ RetrievalCutTable retrieval_cut_table(const Config& cfg, const std::string& weig
   t.questions = set.n;
   const int T = cfg.train.context, N = cfg.model.num_hidden_layers * cfg.model.num_attention_heads;
   const int K = int(t.windows.size());
-  Engine engine(cfg, {.batch = set.batch, .context = T, .weights = weights_dir, .window_policy = false});
+  Engine engine(cfg, EngineOptions(set.batch, T).load(weights_dir).no_policy());
   Model<float>& model = engine.model;
   model.set_full_windows(T);
   const nlohmann::json full = set.score(model, t.windows);

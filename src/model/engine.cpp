@@ -6,7 +6,7 @@
 namespace aah {
 
 Engine::Engine(const Config& cfg, const EngineOptions& o)
-    : model(cfg.model, o.batch, o.context > 0 ? o.context : cfg.train.context, o.with_grads) {
+    : model(cfg.model, o.batch, o.context, o.with_grads) {
   model.backend = &backend_named(cfg.aah.attention);
   if (o.weights.empty())
     model.init_weights(uint64_t(cfg.train.seed));

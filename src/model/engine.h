@@ -11,13 +11,19 @@
 
 namespace aah {
 
+// What to build: EngineOptions(batch, context) then what applies, e.g. EngineOptions(8, 256).load(run).restore(state).
 struct EngineOptions {
-  int batch = 1;            // the largest micro-batch B it runs
-  int context = 0;          // the longest sequence T it runs; 0: cfg.train.context
-  bool with_grads = false;  // training: gradients and the activations backward needs
-  std::string weights;      // a run or Hugging Face model directory to load; "": init_weights(cfg.train.seed)
+  EngineOptions(int batch, int context) : batch(batch), context(context) {}
+  int batch;                     // the largest micro-batch B it runs
+  int context;                   // the longest sequence T it runs
+  bool with_grads = false;       // training: gradients and the activations backward needs
+  std::string weights;           // a run or Hugging Face model directory to load; "": init_weights(cfg.train.seed)
   bool window_policy = true;     // false: no policy (the windows stay full unless set by hand)
   std::string controller_state;  // a controller_state.safetensors whose windows and state the policy restores
+  EngineOptions& training() { return with_grads = true, *this; }
+  EngineOptions& load(std::string dir) { return weights = std::move(dir), *this; }
+  EngineOptions& restore(std::string state) { return controller_state = std::move(state), *this; }
+  EngineOptions& no_policy() { return window_policy = false, *this; }
 };
 
 class Engine {

@@ -327,13 +327,121 @@ void init_from_dir(const std::string& dir, const ModelConfig& mc, Model<float>& 
   weights_load_dir(dir, model);
 }
 
+// The run's data directory: --data, or on --resume the one the run recorded (it must still be there).
+std::string train_data_dir(const TrainOptions& o, const std::optional<RunData>& recorded) {
+  std::string data_dir = o.data_dir;
+  if (data_dir.empty()) {
+    if (!o.resume) fail("[train] --data DIR is required (only --resume does without it: it uses the run's data)");
+    if (!recorded)
+      fail("[train] --resume ", o.out_dir, ": the run does not record its data directory (no data.json: it was ",
+           "started by an older aah): give --data DIR");
+    data_dir = recorded->dir;
+    if (!dir_exists(data_dir))
+      fail("[train] --resume ", o.out_dir, ": the run's data directory ", data_dir, " (recorded in ", o.out_dir,
+           "/data.json) is gone: give --data DIR with the same tokenizer");
+  } else if (!dir_exists(data_dir)) {
+    fail("[train] --data ", data_dir, ": ", path_exists(data_dir) ? "not a directory" : "no such directory");
+  }
+  return data_dir;
+}
+
+// Refuses what cannot train, before anything is allocated: a vocabulary smaller than the data's, a batch that does
+// not split over the ranks, too few tokens for one sequence, more memory than there is (model, gradients and
+// activations, AdamW moments, and the token shards already read).
+void train_check_setup(const Config& cfg, const RunData& data, const std::string& data_dir, const TokenShard& train,
+                       const TokenShard& val, int ranks, const std::string& allreduce) {
+  const ModelConfig& mc = cfg.model;
+  if (data.vocab_size > mc.vocab_size)
+    fail("[train] vocab_size = ", mc.vocab_size, " is smaller than the vocabulary of ", data_dir, " (", data.vocab_size,
+         ", from its ", data.vocab_from, "): the model needs a row for every token id; set vocab_size >= ",
+         data.vocab_size, " or leave it unset to take the data's");
+  for (const TokenShard* s : {&train, &val})
+    if (int64_t(s->vocab_size) > mc.vocab_size)
+      fail("[train] ", s->path, " has vocabulary ", s->vocab_size, " but the model's vocab_size is ", mc.vocab_size,
+           ": --set vocab_size=", s->vocab_size);
+  const int B = cfg.train.batch_size, T = cfg.train.context;
+  if (B % ranks != 0)
+    fail("[train] train.batch_size=", B, " does not split over ", ranks, " processes: use a number of processes ",
+         "that divides it (the global batch stays batch_size, each process runs batch_size / processes)");
+  if (allreduce != "overlap" && allreduce != "blocking")
+    fail("[train] --allreduce ", allreduce, ": expected overlap or blocking");
+  if (int64_t(train.tokens.size()) < T + 1)
+    fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
+  const double need = double(Model<float>::estimate_bytes(mc, B / ranks, T)) +
+                      2.0 * sizeof(float) * double(Model<float>::estimate_bytes(mc, 0, 0, false) / sizeof(float));
+  const double have = double(available_memory_bytes());
+  if (have > 0 && need > 0.9 * have)
+    fail("[train] this configuration needs about ", int64_t(need / 1048576), " MiB but ", int64_t(have / 1048576),
+         " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
+         "hidden_size or num_hidden_layers");
+}
+
+// What every metrics line of a run reads besides the step's own numbers.
+struct LineSources {
+  const Model<float>& model;
+  const WindowPolicyRunner& policy;
+  const Comm& comm;
+  int T;
+  int64_t tokens_per_step;
+  double full_macs_per_step;  // attention multiply-adds of one step at full windows
+};
+
+// Where the next metrics line starts from: the previous line's time, the steps since, and the attention work,
+// communication and measurement-time counters then (this process's own time only).
+struct LogMarks {
+  double t = 0;
+  int steps = 0;
+  uint64_t macs = 0;
+  double comm = 0, coverage = 0;
+  void reset(double now, const LineSources& src) {
+    t = now, steps = 0, macs = src.model.counters.macs, comm = src.comm.seconds;
+    coverage = src.policy.coverage_seconds();
+  }
+};
+
+// One metrics.jsonl line for the steps since `m`: loss, throughput, attention work and windows; with several ranks
+// the communication time per step and its share, under a measuring policy (coverage, copy) its time and share.
+json metrics_line(const LineSources& src, const TrainState& st, const LogMarks& m, double now, double elapsed,
+                  double lr, double grad_norm) {
+  const Controller& controller = src.policy.controller();
+  const double span = std::max(1e-9, now - m.t);
+  json line = {{"step", st.step},
+               {"loss", st.log_loss_count ? st.log_loss_sum / double(st.log_loss_count) : NAN},
+               {"lr", lr},
+               {"grad_norm", grad_norm},
+               {"tokens_per_s", m.steps * src.tokens_per_step / span},
+               {"peak_rss_mb", peak_rss_mb()},
+               {"tokens", st.tokens_seen},
+               {"elapsed_s", elapsed},
+               {"attn_ratio", controller.acr()},
+               {"pair_ratio", controller.exact_pair_ratio(src.T)},
+               {"levels_used", controller.mean_levels_used()},
+               {"attn_work_ratio", (st.log_macs + double(src.model.counters.macs - m.macs)) /
+                                       (src.full_macs_per_step * double(std::max<int64_t>(1, st.log_steps)))}};
+  if (src.comm.size() > 1) {
+    const double comm_s = src.comm.seconds - m.comm;
+    line["ranks"] = src.comm.size();
+    line["allreduce_ms"] = 1e3 * comm_s / std::max(1, m.steps);
+    line["allreduce_share"] = comm_s / span;
+  }
+  if (controller.needs_mass() || controller.needs_copy_use()) {
+    const double cov_s = src.policy.coverage_seconds() - m.coverage;
+    line["coverage_ms"] = 1e3 * cov_s / std::max(1, m.steps);
+    line["coverage_time_share"] = cov_s / span;
+  }
+  json buckets = json::object();
+  for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
+  line["window_fractions"] = buckets;
+  return line;
+}
+
 }  // namespace
 
 int checkpoint_verify(const std::string& run) {
   const std::string dir = checkpoint_dir(run);
   if (dir.empty()) return -1;
   const Config cfg = run_config_load(dir);
-  Engine engine(cfg, {.batch = 1, .with_grads = true});
+  Engine engine(cfg, EngineOptions(1, cfg.train.context).training());
   AdamW opt;
   opt.init(engine.model);
   TrainState st;
@@ -352,19 +460,7 @@ int train_run(const TrainOptions& o) {
   // The data: --data, or on --resume the directory the run recorded (checked before anything is created).
   std::optional<RunData> recorded;
   if (o.resume) recorded = run_data_load(o.out_dir);
-  std::string data_dir = o.data_dir;
-  if (data_dir.empty()) {
-    if (!o.resume) fail("[train] --data DIR is required (only --resume does without it: it uses the run's data)");
-    if (!recorded)
-      fail("[train] --resume ", o.out_dir, ": the run does not record its data directory (no data.json: it was ",
-           "started by an older aah): give --data DIR");
-    data_dir = recorded->dir;
-    if (!dir_exists(data_dir))
-      fail("[train] --resume ", o.out_dir, ": the run's data directory ", data_dir, " (recorded in ", o.out_dir,
-           "/data.json) is gone: give --data DIR with the same tokenizer");
-  } else if (!dir_exists(data_dir)) {
-    fail("[train] --data ", data_dir, ": ", path_exists(data_dir) ? "not a directory" : "no such directory");
-  }
+  const std::string data_dir = train_data_dir(o, recorded);
   std::optional<RunLock> lock;  // rank 0 owns the run directory
   if (lead) {
     const bool created = !path_exists(o.out_dir);
@@ -402,35 +498,11 @@ int train_run(const TrainOptions& o) {
   const ModelConfig& mc = cfg.model;
   const TrainConfig& tc = cfg.train;
 
-  if (data.vocab_size > mc.vocab_size)
-    fail("[train] vocab_size = ", mc.vocab_size, " is smaller than the vocabulary of ", data_dir, " (", data.vocab_size,
-         ", from its ", data.vocab_from, "): the model needs a row for every token id; set vocab_size >= ",
-         data.vocab_size, " or leave it unset to take the data's");
-  for (const TokenShard* s : {&train, &val})
-    if (int64_t(s->vocab_size) > mc.vocab_size)
-      fail("[train] ", s->path, " has vocabulary ", s->vocab_size, " but the model's vocab_size is ", mc.vocab_size,
-           ": --set vocab_size=", s->vocab_size);
+  train_check_setup(cfg, data, data_dir, train, val, ranks, o.allreduce);
   const int B = tc.batch_size, T = tc.context;
-  if (B % ranks != 0)
-    fail("[train] train.batch_size=", B, " does not split over ", ranks, " processes: use a number of processes ",
-         "that divides it (the global batch stays batch_size, each process runs batch_size / processes)");
-  if (o.allreduce != "overlap" && o.allreduce != "blocking")
-    fail("[train] --allreduce ", o.allreduce, ": expected overlap or blocking");
   const int Bl = B / ranks, b_first = rank * Bl;  // this rank's slice of every micro-batch
-  if (int64_t(train.tokens.size()) < T + 1)
-    fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
-
-  // Refuse a configuration that cannot fit, before allocating anything: model, gradients and activations, AdamW
-  // moments, and the token shards already read.
-  const double need = double(Model<float>::estimate_bytes(mc, Bl, T)) +
-                      2.0 * sizeof(float) * double(Model<float>::estimate_bytes(mc, 0, 0, false) / sizeof(float));
-  const double have = double(available_memory_bytes());
-  if (have > 0 && need > 0.9 * have)
-    fail("[train] this configuration needs about ", int64_t(need / 1048576), " MiB but ", int64_t(have / 1048576),
-         " MiB are available: lower train.batch_size (raise train.grad_accum to keep the batch), train.context, ",
-         "hidden_size or num_hidden_layers");
   comm.barrier();  // every rank has checked the run directory before training starts
-  Engine engine(cfg, {.batch = Bl, .context = T, .with_grads = true});  // weights from train.seed, replaced below
+  Engine engine(cfg, EngineOptions(Bl, T).training());  // weights from train.seed, replaced below
   Model<float>& model = engine.model;                                      // on --resume or with train.init_from
   WindowPolicyRunner& policy = *engine.policy;
   AdamW opt;
@@ -475,7 +547,6 @@ int train_run(const TrainOptions& o) {
 
   const double full_macs_per_step = double(full_window_attention_macs(mc, T, *model.backend, /*backward=*/true)) * Bl *
                                     mc.num_hidden_layers * tc.grad_accum;
-  uint64_t macs_at_log = model.counters.macs;
   MetricsLog metrics(lead ? o.out_dir + "/metrics.jsonl" : "/dev/null");  // the other ranks log nowhere
   Batch batch;
   batch.micro_batches = tc.grad_accum, batch.B = Bl, batch.T = T, batch.B_all = B;
@@ -483,11 +554,11 @@ int train_run(const TrainOptions& o) {
   batch.targets.resize(batch.inputs.size());
   const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
   const double t_start = now_seconds();
-  double t_log = t_start;
-  int steps_timed = 0, first_step = st.step;  // steps since t_log, for throughput (this process's time only)
+  const int first_step = st.step;
+  const LineSources sources{model, policy, comm, T, tokens_per_step, full_macs_per_step};
+  LogMarks marks;
+  marks.reset(t_start, sources);
   int exit_code = 0;
-  double comm_at_log = comm.seconds;
-  double coverage_at_log = policy.coverage_seconds();
 
   StopSignals stop_signals;
   while (st.step < tc.steps) {
@@ -525,43 +596,15 @@ int train_run(const TrainOptions& o) {
     }
     st.step++;
     st.log_steps++;
-    steps_timed++;
+    marks.steps++;
 
     const bool last = st.step == tc.steps;
     const bool eval_now = last || (tc.eval_interval > 0 && st.step % tc.eval_interval == 0);
     if (st.step % tc.log_interval == 0 || last || eval_now) {
       const double now = now_seconds();
-      const double tok_s = steps_timed * tokens_per_step / std::max(1e-9, now - t_log);
-      const double log_loss = st.log_loss_count ? st.log_loss_sum / double(st.log_loss_count) : NAN;
       const double elapsed = now - t_start;
       const double eta = elapsed / std::max(1, st.step - first_step) * (tc.steps - st.step);
-      json line = {{"step", st.step},
-                   {"loss", log_loss},
-                   {"lr", lr},
-                   {"grad_norm", grad_norm},
-                   {"tokens_per_s", tok_s},
-                   {"peak_rss_mb", peak_rss_mb()},
-                   {"tokens", st.tokens_seen},
-                   {"elapsed_s", elapsed},
-                   {"attn_ratio", controller.acr()},
-                   {"pair_ratio", controller.exact_pair_ratio(T)},
-                   {"levels_used", controller.mean_levels_used()},
-                   {"attn_work_ratio", (st.log_macs + double(model.counters.macs - macs_at_log)) /
-                                           (full_macs_per_step * double(std::max<int64_t>(1, st.log_steps)))}};
-      if (ranks > 1) {  // communication time per step (all-reduces, feature combination) and its share of the step
-        const double comm_s = comm.seconds - comm_at_log;
-        line["ranks"] = ranks;
-        line["allreduce_ms"] = 1e3 * comm_s / std::max(1, steps_timed);
-        line["allreduce_share"] = comm_s / std::max(1e-9, now - t_log);
-      }
-      if (controller.needs_mass() || controller.needs_copy_use()) {  // the measurement's time per step and share
-        const double cov_s = policy.coverage_seconds() - coverage_at_log;
-        line["coverage_ms"] = 1e3 * cov_s / std::max(1, steps_timed);
-        line["coverage_time_share"] = cov_s / std::max(1e-9, now - t_log);
-      }
-      json buckets = json::object();
-      for (auto [w, f] : controller.window_bucket_fractions()) buckets[std::to_string(w)] = f;
-      line["window_fractions"] = buckets;
+      json line = metrics_line(sources, st, marks, now, elapsed, lr, grad_norm);
       if (eval_now) {
         // Evaluation batches are split over the ranks; the loss is the sum over all of them.
         const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, Bl, {}, rank, ranks);
@@ -572,25 +615,21 @@ int train_run(const TrainOptions& o) {
       }
       metrics.write(line);
       if (!quiet) {
-        std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s", int(std::to_string(tc.steps).size()),
-                     st.step, tc.steps, log_loss, lr, grad_norm, tok_s,
-                     format_duration(eta).c_str());
+        std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s",
+                     int(std::to_string(tc.steps).size()), st.step, tc.steps, line["loss"].get<double>(), lr, grad_norm,
+                     line["tokens_per_s"].get<double>(), format_duration(eta).c_str());
         if (eval_now) std::fprintf(stderr, " | val %.4f", line["val_loss"].get<double>());
         std::fprintf(stderr, "\n");
       }
-      t_log = now_seconds();  // evaluation time (and work) is not training time
-      macs_at_log = model.counters.macs;
-      comm_at_log = comm.seconds;
-      coverage_at_log = policy.coverage_seconds();
-      steps_timed = 0;
+      marks.reset(now_seconds(), sources);  // evaluation time (and work) is not training time
       st.log_loss_sum = 0, st.log_loss_count = 0, st.log_steps = 0, st.log_macs = 0;
     }
     if (ranks == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
     const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || stop_signal != 0;
     if (is_checkpoint_step(tc, st.step) || stop_now) {
       if (ranks > 1) check_ranks_agree(comm, model, st.step);
-      st.log_macs += double(model.counters.macs - macs_at_log);  // carried in the checkpoint
-      macs_at_log = model.counters.macs;
+      st.log_macs += double(model.counters.macs - marks.macs);  // carried in the checkpoint
+      marks.macs = model.counters.macs;
       if (lead) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
     }
     if (stop_now) {
