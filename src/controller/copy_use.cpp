@@ -15,14 +15,6 @@ namespace {
 
 constexpr int kQueryBlock = 64;  // query rows per score block, as in coverage.cpp
 
-// sum of e[lo .. hi) in double, in a fixed order (the compiler's simd reduction of this loop, the same every call).
-double stretch_sum(const float* e, int lo, int hi) {
-  double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int j = lo; j < hi; j++) s += double(e[j]);
-  return s;
-}
-
 constexpr int kMaxWindows = 8;
 
 // use (K) of one (sequence, head), see copy_use.h. scores: (kQueryBlock, T) scratch; prev (T) scratch.
@@ -67,7 +59,7 @@ void head_copy_use(const Backend<float>& be, double* use, float* per_query, cons
       for (int c = K - 1; c >= 0; c--) {
         const int beyond = n - windows[c];
         if (beyond <= 0) continue;
-        all += stretch_sum(e, j, beyond);
+        all += coverage_range_sum(e, j, beyond);
         j = beyond;
         const double u = (copy[c] - all * count[c] / double(beyond)) / total;
         use[c] += u;

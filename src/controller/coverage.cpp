@@ -16,15 +16,14 @@ namespace {
 
 constexpr int kQueryBlock = 64;  // query rows per score block: a (64, T) float block per thread
 
-// sum of e[lo .. hi) in double, in a fixed order (the compiler's simd reduction of this loop, the same every call).
-double range_sum(const float* e, int lo, int hi) {
+}  // namespace
+
+double coverage_range_sum(const float* e, int lo, int hi) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int j = lo; j < hi; j++) s += double(e[j]);
   return s;
 }
-
-}  // namespace
 
 // e[j] *= scale for j < n; returns the largest. Eight independent lanes, so the compiler vectorizes it.
 float coverage_scale_and_max(float* e, int n, float scale) {
@@ -68,11 +67,11 @@ void head_window_mass(const Backend<float>& be, double* mass, const float* q, co
       int lo_prev = n;
       for (int c = 0; c < K; c++) {
         const int lo = std::max(0, n - windows[c]);
-        run += range_sum(e, lo, lo_prev);
+        run += coverage_range_sum(e, lo, lo_prev);
         lo_prev = lo;
         covered[c] = run;
       }
-      run += range_sum(e, 0, lo_prev);
+      run += coverage_range_sum(e, 0, lo_prev);
       for (int c = 0; c < K; c++) per_query[size_t(c) * T + i] = covered[c] / run;
     }
   }

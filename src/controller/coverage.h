@@ -27,6 +27,8 @@ void coverage_window_mass(const Backend<float>& be, double* mass, const float* q
 
 // e[j] *= scale for j < n; returns the largest (vectorized; shared with the copy-use measurement).
 float coverage_scale_and_max(float* e, int n, float scale);
+// sum of e[lo .. hi) in double, in a fixed order (the compiler's simd reduction, the same every call; shared too).
+double coverage_range_sum(const float* e, int lo, int hi);
 
 // out (H, K) = mean over s of per_seq (S, H, K), summed in sequence order (the same bits whoever computed the rows).
 void coverage_mass_mean(double* out, const double* per_seq, int S, int H, int K);
