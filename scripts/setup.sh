@@ -7,6 +7,7 @@ packages=(
   libomp-dev               # OpenMP for clang builds (fuzz preset)
   nlohmann-json3-dev       # JSON configs, metrics, safetensors headers
   libcli11-dev             # command line
+  libdnnl-dev              # oneDNN: bf16 matrix products (train.precision=bf16) on AMX and AVX-512 BF16 CPUs
   libpcre2-dev             # tokenizer regexes
   libutf8proc-dev          # Unicode normalization (NFC) for the tokenizers
   nettle-dev               # SHA-256 of corpus files, the corpus split and the golden digests (small, made for it)

@@ -12,6 +12,7 @@
 #include "core/files.h"
 #include "formats/safetensors.h"
 #include "data/synth.h"
+#include "kernels/bf16/bf16.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
@@ -73,16 +74,8 @@ void expect_same_weights(const std::string& run_a, const std::string& run_b) {
   }
 }
 
-class TrainResume : public ::testing::TestWithParam<std::string> {};
-
-// Interrupted after step 7, resumed: the same losses and the same final weights, bit for bit, for plain attention
-// and for controller regimes (whose state, windows and diagnostics are checkpointed too).
-TEST_P(TrainResume, IsBitIdentical) {
-  Config cfg = tiny_config();
-  cfg.train.steps = 16;
-  config_set(cfg, "aah.regime=" + GetParam());
-  config_set(cfg, "aah.control_interval=3");
-  cfg.train.log_interval = 1;
+// Interrupted after step 7, resumed: the same losses and the same final weights, bit for bit.
+void expect_resume_bit_identical(const Config& cfg) {
   TrainOptions a;
   a.data_dir = make_data();
   a.out_dir = temp_dir();
@@ -109,6 +102,31 @@ TEST_P(TrainResume, IsBitIdentical) {
     EXPECT_EQ(ma[i]["window_fractions"], mb[i]["window_fractions"]);
   }
   expect_same_weights(a.out_dir, b.out_dir);  // final weights bit for bit
+}
+
+Config resume_config(const std::string& regime) {
+  Config cfg = tiny_config();
+  cfg.train.steps = 16;
+  config_set(cfg, "aah.regime=" + regime);
+  config_set(cfg, "aah.control_interval=3");
+  cfg.train.log_interval = 1;
+  return cfg;
+}
+
+class TrainResume : public ::testing::TestWithParam<std::string> {};
+
+// For plain attention and for controller regimes (whose state, windows and diagnostics are checkpointed too).
+TEST_P(TrainResume, IsBitIdentical) {
+  expect_resume_bit_identical(resume_config(GetParam()));
+}
+
+// In bf16 too (train.precision=bf16: oneDNN's products are deterministic on one machine), with an adaptive regime.
+TEST(TrainResume, IsBitIdenticalInBf16) {
+  std::string isa;
+  if (!bf16::cpu_supported(&isa)) GTEST_SKIP() << "this CPU has no bf16 matrix instructions (" << isa << ")";
+  Config cfg = resume_config("full_adaptive");
+  cfg.train.precision = "bf16";
+  expect_resume_bit_identical(cfg);
 }
 
 INSTANTIATE_TEST_SUITE_P(Regimes, TrainResume,

@@ -13,7 +13,7 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   const ModelConfig& m = model.config();
   const size_t C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
                F = m.intermediate_size;
-  cache_.init(m.num_hidden_layers, H, Hkv, D, model.windows().data(), max_positions);
+  cache_.init(m.num_hidden_layers, H, Hkv, D, model.windows().data(), max_positions, model.backend->bf16);
   ArenaPlan<float> plan;
   for (auto [slot, n] : {std::pair{&a_.x, C}, {&a_.ln1, C}, {&a_.rstd1, 1}, {&a_.qkv, (H + 2 * Hkv) * D},
                          {&a_.q_pre, H * D}, {&a_.k_pre, Hkv * D}, {&a_.rstd_q, H}, {&a_.rstd_k, Hkv},
@@ -43,10 +43,8 @@ const float* Decoder::prefill(const int32_t* tokens, int n) {
       if (saved) saved(l, q, k, v, B, T, win);
       for (int hk = 0; hk < Hkv; hk++) {
         const int cap = cache_.capacity[l * Hkv + hk];
-        for (int t = std::max(0, T - cap); t < T; t++) {
-          std::memcpy(cache_.key(l, hk, t), k + (size_t(hk) * T + t) * D, D * sizeof(float));
-          std::memcpy(cache_.value(l, hk, t), v + (size_t(hk) * T + t) * D, D * sizeof(float));
-        }
+        for (int t = std::max(0, T - cap); t < T; t++)
+          cache_.store(l, hk, t, k + (size_t(hk) * T + t) * D, v + (size_t(hk) * T + t) * D);
       }
     };
     const float* hidden = model_.forward_hidden(tokens, 1, chunk);
@@ -76,10 +74,7 @@ const float* Decoder::step(int32_t token) {
   for (int l = 0; l < L; l++) {
     const LayerWeights<float> w = p.layer(l);
     layer_forward_pre_attention(be, a_, w, m, 1, 1, cos_, sin_);
-    for (int hk = 0; hk < Hkv; hk++) {
-      std::memcpy(cache_.key(l, hk, pos), a_.k + size_t(hk) * D, D * sizeof(float));
-      std::memcpy(cache_.value(l, hk, pos), a_.v + size_t(hk) * D, D * sizeof(float));
-    }
+    for (int hk = 0; hk < Hkv; hk++) cache_.store(l, hk, pos, a_.k + size_t(hk) * D, a_.v + size_t(hk) * D);
     // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring. Heads run in
     // parallel, longest first, so one long head does not end up last on a thread (windows differ up to 8x).
     const int* win = model_.windows().data() + size_t(l) * H;
@@ -90,9 +85,14 @@ const float* Decoder::step(int32_t token) {
     for (int i = 0; i < H; i++) {
       const int h = order_[i], hk = h / group, lo = std::max(0, pos - win[h] + 1), n = pos - lo + 1;
       const int ring = l * Hkv + hk, cap = cache_.capacity[ring];
-      be.attention_decode(a_.att + size_t(h) * D, a_.q + size_t(h) * D, cache_.k.data() + cache_.offset[ring],
-                          cache_.v.data() + cache_.offset[ring], cap, lo % cap, n, D,
-                          scores_.data() + size_t(h) * max_positions_);
+      float *out = a_.att + size_t(h) * D, *scores = scores_.data() + size_t(h) * max_positions_;
+      const size_t at = cache_.offset[ring];
+      if (cache_.bf16)
+        be.attention_decode_bf16(out, a_.q + size_t(h) * D, cache_.k16.data() + at, cache_.v16.data() + at, cap,
+                                 lo % cap, n, D, scores);
+      else
+        be.attention_decode(out, a_.q + size_t(h) * D, cache_.k.data() + at, cache_.v.data() + at, cap, lo % cap, n, D,
+                            scores);
       pairs += n;
     }
     pairs_ += pairs;

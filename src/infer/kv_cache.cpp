@@ -2,11 +2,15 @@
 
 #include <algorithm>
 
+#include <cstring>
+
 #include "core/check.h"
+#include "kernels/bf16/bf16.h"
 
 namespace aah {
 
-void KVCache::init(int layers, int heads, int kv_heads, int head_dim, const int* windows, int max_positions) {
+void KVCache::init(int layers, int heads, int kv_heads, int head_dim, const int* windows, int max_positions,
+                   bool in_bf16) {
   AAH_CHECK(layers > 0 && kv_heads > 0 && heads % kv_heads == 0 && max_positions > 0);
   L = layers, Hkv = kv_heads, D = head_dim;
   const int group = heads / kv_heads;
@@ -21,9 +25,23 @@ void KVCache::init(int layers, int heads, int kv_heads, int head_dim, const int*
       offset[l * Hkv + hk] = total;
       total += size_t(capacity[l * Hkv + hk]) * D;
     }
-  k.assign(total, 0.0f);
-  v.assign(total, 0.0f);
+  bf16 = in_bf16;
+  k.assign(bf16 ? 0 : total, 0.0f);
+  v.assign(bf16 ? 0 : total, 0.0f);
+  k16.assign(bf16 ? total : 0, 0);
+  v16.assign(bf16 ? total : 0, 0);
   length = 0;
+}
+
+void KVCache::store(int l, int hk, int pos, const float* key, const float* value) {
+  const size_t at = offset[l * Hkv + hk] + size_t(pos % capacity[l * Hkv + hk]) * D;
+  if (bf16) {
+    bf16::convert(k16.data() + at, key, D);
+    bf16::convert(v16.data() + at, value, D);
+  } else {
+    std::memcpy(k.data() + at, key, D * sizeof(float));
+    std::memcpy(v.data() + at, value, D * sizeof(float));
+  }
 }
 
 }  // namespace aah

@@ -1,6 +1,7 @@
 #include "kernels/backend.h"
 
 #include "core/check.h"
+#include "kernels/bf16/bf16.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/decode.h"
 #include "kernels/ops.h"
@@ -10,16 +11,18 @@ namespace aah {
 
 namespace {
 
-// kernels/cpu, with one of its two attention executions.
+// kernels/cpu, with one of its two attention executions and its matrix products in fp32 (cpu::) or bf16 (bf16::).
 Backend<float> cpu_backend(const char* name, decltype(Backend<float>::attention_forward) fwd,
-                           decltype(Backend<float>::attention_backward) bwd) {
+                           decltype(Backend<float>::attention_backward) bwd,
+                           decltype(Backend<float>::matmul_forward) mm_fwd = cpu::matmul_forward,
+                           decltype(Backend<float>::matmul_backward) mm_bwd = cpu::matmul_backward) {
   return {name,
           cpu::embedding_forward,
           cpu::embedding_backward,
           cpu::rmsnorm_forward,
           cpu::rmsnorm_backward,
-          cpu::matmul_forward,
-          cpu::matmul_backward,
+          mm_fwd,
+          mm_bwd,
           cpu::qkv_split_forward,
           cpu::qkv_split_backward,
           cpu::heads_merge_forward,
@@ -32,7 +35,9 @@ Backend<float> cpu_backend(const char* name, decltype(Backend<float>::attention_
           cpu::vexp_shifted_sum<false>,
           fwd,
           bwd,
-          cpu::attn_decode_forward};
+          cpu::attn_decode_forward,
+          bf16::attn_decode_forward,
+          mm_fwd == bf16::matmul_forward};
 }
 
 // kernels/ref at element type T.
@@ -57,11 +62,23 @@ Backend<T> ref_backend() {
           ref::exp_shifted_sum<T>,
           ref::attn_local_forward<T>,
           ref::attn_local_backward<T>,
-          ref::attn_decode_forward<T>};
+          ref::attn_decode_forward<T>,
+          ref::attn_decode_forward_bf16<T>,
+          false};
 }
 
 const Backend<float>& backend_dense() {
   static const Backend<float> b = cpu_backend("dense", cpu::attn_dense_forward, cpu::attn_dense_backward);
+  return b;
+}
+const Backend<float>& backend_local_bf16() {
+  static const Backend<float> b = cpu_backend("local-bf16", cpu::attn_local_forward, cpu::attn_local_backward,
+                                              bf16::matmul_forward, bf16::matmul_backward);
+  return b;
+}
+const Backend<float>& backend_dense_bf16() {
+  static const Backend<float> b = cpu_backend("dense-bf16", cpu::attn_dense_forward, cpu::attn_dense_backward,
+                                              bf16::matmul_forward, bf16::matmul_backward);
   return b;
 }
 const Backend<float>& backend_ref_float() {
@@ -69,9 +86,11 @@ const Backend<float>& backend_ref_float() {
   return b;
 }
 
-// The one name table: the run's choices first (aah.attention), then the reference.
+// The one name table: the run's choices first (aah.attention), their bf16 products (train.precision=bf16: the
+// name + "-bf16"), then the reference.
 using FloatBackendFn = const Backend<float>& (*)();
-const FloatBackendFn kFloatBackends[] = {backend_local, backend_dense, backend_ref_float};
+const FloatBackendFn kFloatBackends[] = {backend_local, backend_dense, backend_local_bf16, backend_dense_bf16,
+                                         backend_ref_float};
 
 }  // namespace
 
@@ -89,6 +108,17 @@ const Backend<float>& backend_named(const std::string& name) {
   for (const FloatBackendFn b : kFloatBackends)
     if (name == b().name) return b();
   fail("[config] aah.attention: unknown attention '", name, "': expected local or dense (or ref)");
+}
+
+const Backend<float>& backend_for(const std::string& attention, const std::string& precision) {
+  if (precision == "fp32") return backend_named(attention);
+  if (precision != "bf16") fail("[config] train.precision: unknown precision '", precision, "': expected fp32 or bf16");
+  std::string isa;
+  if (!bf16::cpu_supported(&isa))
+    fail("[config] train.precision=bf16: this CPU has no bf16 matrix instructions (oneDNN found ", isa,
+         "; bf16 needs AVX-512 BF16 or AMX), where bf16 products would run slower than fp32. Use train.precision=fp32 "
+         "(the default).");
+  return backend_named(attention + "-bf16");
 }
 
 const std::vector<const char*>& backend_user_names() {

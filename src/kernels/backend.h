@@ -4,7 +4,8 @@
 //   dense  the same, with the paper's execution of attention (T x T scores plus the window mask), for comparisons
 //   ref    kernels/ref: the scalar reference every fast kernel is tested against, at float (and at double:
 //          backend_ref_double, the engine of Model<double> and the gradient checks)
-// aah.attention names the backend of a run (local or dense; ref is for tests).
+//   local-bf16, dense-bf16  the same with their matrix products in bf16 on oneDNN (kernels/bf16), fp32 elsewhere
+// aah.attention and train.precision name the backend of a run (backend_for; ref is for tests).
 //
 // A new backend (bf16, CUDA) writes the functions below with these signatures (shapes and conventions in
 // kernels/ops.h, attention in kernels/attention_common.h, decoding in kernels/decode.h), fills one Backend, and adds
@@ -53,10 +54,19 @@ struct Backend {
   // One query row against its cached keys and values (kernels/decode.h).
   void (*attention_decode)(real* out, const real* q, const real* k, const real* v, int cap, int start, int n, int D,
                            real* scores);
+  // The same against rings stored in bf16 (the decoder's KV cache when `bf16`).
+  void (*attention_decode_bf16)(real* out, const real* q, const uint16_t* k, const uint16_t* v, int cap, int start,
+                                int n, int D, real* scores);
+  // bf16 precision (train.precision=bf16): the matrix products take bf16 operands and the decoder keeps its KV cache
+  // in bf16. Every other op is fp32 either way.
+  bool bf16;
 };
 
-// The float backend called `name` (local, dense, ref); another name is an error listing them.
+// The float backend called `name` (local, dense, local-bf16, dense-bf16, ref); another name is an error listing them.
 const Backend<float>& backend_named(const std::string& name);
+// The backend of a run: aah.attention (local, dense) at train.precision (fp32, bf16). bf16 on a CPU without bf16
+// matrix instructions (AVX-512 BF16 or AMX) is refused with an error that says so.
+const Backend<float>& backend_for(const std::string& attention, const std::string& precision);
 // The names a run may choose (aah.attention): local, dense.
 const std::vector<const char*>& backend_user_names();
 const Backend<float>& backend_local();

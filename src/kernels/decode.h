@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace aah {
 
@@ -15,6 +17,13 @@ namespace cpu {
 void attn_decode_forward(float* out, const float* q, const float* k, const float* v, int cap, int start, int n,
                          int D, float* scores);
 }  // namespace cpu
+
+namespace bf16 {
+// The same with the rings in bf16 (the bf16 KV cache: half the bytes read per position); q, out and the softmax
+// in fp32. kernels/bf16/decode.cpp.
+void attn_decode_forward(float* out, const float* q, const uint16_t* k, const uint16_t* v, int cap, int start, int n,
+                         int D, float* scores);
+}  // namespace bf16
 
 namespace ref {
 // The same from the definition, one position at a time.
@@ -36,6 +45,21 @@ void attn_decode_forward(T* out, const T* q, const T* k, const T* v, int cap, in
     const int64_t r = (start + j) % cap;
     for (int d = 0; d < D; d++) out[d] += scores[j] / sum * v[r * D + d];
   }
+}
+
+// The bf16 rings' reference: each stored value widened (bf16 -> fp32 is exact), then the above.
+template <class T>
+void attn_decode_forward_bf16(T* out, const T* q, const uint16_t* k, const uint16_t* v, int cap, int start, int n,
+                              int D, T* scores) {
+  std::vector<T> kw(size_t(cap) * D), vw(size_t(cap) * D);
+  for (size_t i = 0; i < kw.size(); i++) {
+    const uint32_t uk = uint32_t(k[i]) << 16, uv = uint32_t(v[i]) << 16;
+    float fk, fv;
+    std::memcpy(&fk, &uk, 4);
+    std::memcpy(&fv, &uv, 4);
+    kw[i] = T(fk), vw[i] = T(fv);
+  }
+  attn_decode_forward<T>(out, q, kw.data(), vw.data(), cap, start, n, D, scores);
 }
 }  // namespace ref
 

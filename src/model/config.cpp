@@ -44,17 +44,26 @@ std::vector<ConfigField> fields(Config& c) {
       {"train.grad_clip", &t.grad_clip, at_least(0), "global gradient-norm clip (0: off)"},
       {"train.seed", &t.seed, at_least(0), "seed of initialization and data sampling"},
       {"train.log_interval", &t.log_interval, above(0), "steps between metrics.jsonl lines"},
-      {"train.eval_interval", &t.eval_interval, at_least(0), "steps between validation evaluations (0: only at the end)"},
+      {"train.eval_interval", &t.eval_interval, at_least(0),
+       "steps between validation evaluations (0: only at the end)"},
       {"train.eval_windows", &t.eval_windows, above(0), "validation windows of context+1 tokens"},
       {"train.checkpoint_steps", &t.checkpoint_steps, above(0), "steps to checkpoint at, e.g. [1000,5000]"},
       {"train.checkpoint_interval", &t.checkpoint_interval, at_least(0), "also checkpoint every N steps (0: off)"},
-      {"train.nonfinite", &t.nonfinite, one_of(kNonfiniteNames), "on a non-finite loss or gradient: skip the step, or stop"},
+      {"train.nonfinite", &t.nonfinite, one_of(kNonfiniteNames),
+       "on a non-finite loss or gradient: skip the step, or stop"},
       {"train.spike_factor", &t.spike_factor, zero_or_above(1),
        "log a loss_spike event when a step's loss exceeds this times its running mean (EMA)"},
-      {"train.init_from", &t.init_from, {},
+      {"train.precision", &t.precision, one_of(kPrecisionNames),
+       "matrix products: fp32, or bf16 (bf16 operands, fp32 accumulation, fp32 weights, optimizer, norms, softmax "
+       "and loss; needs a CPU with AVX-512 BF16 or AMX)"},
+      {"train.init_from",
+       &t.init_from,
+       {},
        "start from the weights of this run or Hugging Face Qwen3 directory (same model shape; optimizer, step and "
        "windows start fresh); empty: random initialization"},
-      {"aah.regime", &a.regime, {},
+      {"aah.regime",
+       &a.regime,
+       {},
        "window policy preset: a main regime, optionally joined by '+' with variants (aah.regime names, below)"},
       {"aah.attention", &a.attention, one_of(kAttentionNames),
        "attention execution: local (tiled, skips masked work) or dense (T x T scores + mask)"},
@@ -139,6 +148,7 @@ void apply_object(Config& cfg, const json& j, const std::string& prefix, const s
 
 const NameList kNonfiniteNames = {"skip", "stop"};
 const NameList kAttentionNames = backend_user_names();  // the backend table's
+const NameList kPrecisionNames = {"fp32", "bf16"};
 
 ControllerConfig controller_config_of(const Config& cfg) {
   ControllerConfig c;

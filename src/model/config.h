@@ -47,6 +47,8 @@ struct TrainConfig {
   int checkpoint_interval = 0;             // also every N steps when > 0
   std::string nonfinite = "skip";          // non-finite loss or grad norm: "skip" the step or "stop" (kNonfiniteNames)
   double spike_factor = 3.0;  // log a loss spike when a step's loss exceeds this x its running mean (0: off)
+  std::string precision =
+      "fp32";                 // matrix products: "fp32" or "bf16" (bf16 operands, fp32 accumulation); kPrecisionNames
   std::string init_from;      // start from this run's (or HF Qwen3 directory's) weights; empty: random init
 };
 
@@ -62,6 +64,7 @@ struct AahConfig {
 // The names a string-valued key may take (one table each, used by validation and help).
 extern const NameList kNonfiniteNames;  // train.nonfinite: skip, stop
 extern const NameList kAttentionNames;  // aah.attention: local, dense
+extern const NameList kPrecisionNames;  // train.precision: fp32, bf16
 
 struct Config {
   ModelConfig model;

@@ -37,6 +37,7 @@ uint64_t full_window_attention_macs(const ModelConfig& m, int T, const Backend<f
 
 WindowPolicyRunner::WindowPolicyRunner(const Config& cfg, Model<float>& model)
     : model_(model),
+      measure_(backend_named(cfg.aah.attention)),
       controller_(controller_config_of(cfg), cfg.model.num_hidden_layers, cfg.model.num_attention_heads),
       L_(cfg.model.num_hidden_layers),
       H_(cfg.model.num_attention_heads),
@@ -102,7 +103,7 @@ void WindowPolicyRunner::measure_mass(const float* q, const float* k, int B, int
   const int n = std::min(controller_.config().coverage_sample, B * ranks);
   const int per_rank = std::min(n, B), mine = std::clamp(n - rank * B, 0, B);
   mass_seq_.assign(size_t(per_rank) * row, 0.0);
-  coverage_window_mass(*model_.backend, mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K,
+  coverage_window_mass(measure_, mass_seq_.data(), q, k, mine, H_, Hkv_, T, D_, w.data(), K,
                        controller_.config().coverage_tail);
   if (ranks > 1) {  // gather the sampled sequences' rows, then keep them in global sequence order
     parts_.resize(mass_seq_.size() * ranks);
@@ -128,12 +129,12 @@ void WindowPolicyRunner::measure_copy_use(int l, const float* q, const float* k,
   const int K = int(w.size());
   mass_seq_.assign(size_t(B) * H_ * K, 0.0);
   if (controller_.config().use_statistic == UseStatistic::output) {
-    output_change(*model_.backend, mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
+    output_change(measure_, mass_seq_.data(), q, k, v, B, H_, Hkv_, T, D_, w.data(), K);
   } else {
     AAH_CHECK(model_.forward_tokens != nullptr, "[copy] the forward's tokens are not available");
     const bool queries = controller_.needs_copy_queries();  // aah.copy_count=once: each query's use too
     if (queries) per_query_.resize(size_t(B) * H_ * T * K);
-    copy_use(*model_.backend, mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K,
+    copy_use(measure_, mass_seq_.data(), q, k, model_.forward_tokens, B, H_, Hkv_, T, D_, w.data(), K,
              queries ? per_query_.data() : nullptr);
     if (queries) controller_.add_copy_queries(l, per_query_.data(), B, T);
   }

@@ -66,6 +66,9 @@ class WindowPolicyRunner {
   void measure_copy_use(int l, const float* q, const float* k, const float* v, int B, int T);
 
   Model<float>& model_;
+  // The controller measures attention in fp32 whatever the run's train.precision: its decisions do not follow
+  // the precision of the step's products.
+  const Backend<float>& measure_;
   Controller controller_;
   int L_, H_, Hkv_, D_;
   std::vector<double> diag_;      // (3, L, H): entropy, output norm, usage of the last update's attention

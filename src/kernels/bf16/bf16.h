@@ -1,0 +1,43 @@
+// bf16 mixed precision (issue 43, train.precision=bf16): the matrix products take bf16 operands (8 significant bits,
+// fp32's exponent) and accumulate in fp32; weights, optimizer state, norms, softmax and loss stay fp32. The
+// products run on oneDNN, which picks AMX tiles or AVX-512 BF16 dot products from the CPU it finds.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace aah::bf16 {
+
+// fp32 -> bf16, rounded to nearest, ties to even (as the CPUs' vcvtneps2bf16 does); NaN stays a quiet NaN.
+inline uint16_t round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float widen(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// The value fp32 x has once stored in bf16: the software emulation the tests compare the products against.
+inline float rounded(float x) {
+  return widen(round(x));
+}
+
+// out[i] = round(in[i]) for n values (threads share the work when n is large).
+void convert(uint16_t* out, const float* in, size_t n);
+
+// True when the CPU has bf16 matrix instructions (AVX-512 BF16 or AMX); `isa` gets the instruction set oneDNN
+// found (e.g. "avx512_core_bf16", "avx512_core_amx", "avx2").
+bool cpu_supported(std::string* isa = nullptr);
+
+// The products of kernels/ops.h in bf16 (same shapes and conventions as cpu::matmul_forward/backward); a one-row
+// forward (decoding) runs the fp32 product.
+void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC);
+void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C, int OC);
+
+}  // namespace aah::bf16

@@ -1,0 +1,282 @@
+// bf16 mixed precision (issue 43): the rounding against hand-worked values, the oneDNN products against the scalar
+// reference with bf16 rounding emulated in software (so they run on every CPU: oneDNN has a reference path where
+// the CPU lacks bf16), a whole model step against the double model, and the refusal on a CPU without bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "kernels/backend.h"
+#include "infer/decoder.h"
+#include "kernels/bf16/bf16.h"
+#include "kernels/decode.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ref.h"
+#include "model/model.h"
+
+namespace aah {
+namespace {
+
+// Hand-worked: bf16 keeps 8 significant bits (7 stored), so between 1 and 2 its spacing is 2^-7.
+TEST(Bf16, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(bf16::round(1.0f), 0x3f80);
+  EXPECT_EQ(bf16::round(-2.0f), 0xc000);
+  EXPECT_EQ(bf16::round(1.0f + 0x1p-8f), 0x3f80);             // halfway between 1 and 1 + 2^-7: to the even, 1
+  EXPECT_EQ(bf16::round(1.0f + 3 * 0x1p-8f), 0x3f82);         // halfway between 1 + 2^-7 and 1 + 2^-6: to 1 + 2^-6
+  EXPECT_EQ(bf16::round(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // just above halfway: up
+  EXPECT_EQ(bf16::rounded(3.14159265f), 3.140625f);           // pi: 1.1001001 0000111... x 2^1 -> 1.1001001 x 2
+  EXPECT_EQ(bf16::round(INFINITY), 0x7f80);
+  EXPECT_TRUE(std::isnan(bf16::widen(bf16::round(NAN))));
+  EXPECT_EQ(bf16::round(3.4e38f), 0x7f80);  // above bf16's largest finite value (~3.39e38): infinity
+  std::vector<float> x = {0.1f, -7.77f, 65504.0f, 1e-30f};
+  std::vector<uint16_t> b(x.size());
+  bf16::convert(b.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(b[i], bf16::round(x[i]));
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(r.normal());
+  return v;
+}
+
+// In double, from the operands rounded to bf16: the exact products oneDNN forms (8-bit x 8-bit significands fit
+// in fp32), summed without error.
+std::vector<double> emulated(const std::vector<float>& x) {
+  std::vector<double> d(x.size());
+  for (size_t i = 0; i < x.size(); i++) d[i] = bf16::rounded(x[i]);
+  return d;
+}
+std::vector<double> magnitudes(const std::vector<double>& x) {
+  std::vector<double> m(x.size());
+  for (size_t i = 0; i < x.size(); i++) m[i] = std::fabs(x[i]);
+  return m;
+}
+
+// The error bound of summing K exact products in fp32, in any order: gamma_K sum |a b| (Higham, Thm 3.1), with
+// gamma_K = K u / (1 - K u), u = 2^-24; plus the one rounding of an accumulated result.
+void expect_within_fp32_sum_bound(const std::vector<float>& got, const std::vector<double>& want,
+                                  const std::vector<double>& abs_sum, int K, const char* what) {
+  const double u = 0x1p-24, gamma = (K + 1) * u / (1 - (K + 1) * u);
+  int over = 0;
+  for (size_t i = 0; i < got.size(); i++)
+    if (std::fabs(got[i] - want[i]) > gamma * abs_sum[i] + 1e-30) over++;
+  EXPECT_EQ(over, 0) << what << ": " << over << " of " << got.size() << " values outside the fp32 summation bound";
+}
+
+// Shapes with odd sizes (no multiple of a vector width) and one tall product as in a training step.
+struct Shape {
+  int N, C, OC;
+};
+const Shape kShapes[] = {{37, 70, 53}, {1, 64, 40}, {256, 96, 160}};
+
+TEST(Bf16, MatmulForwardMatchesEmulatedReference) {
+  for (const Shape& s : kShapes) {
+    if (s.N == 1) continue;  // below
+    const std::vector<float> inp = random_vector(size_t(s.N) * s.C, 1), w = random_vector(size_t(s.OC) * s.C, 2);
+    std::vector<float> out(size_t(s.N) * s.OC, -99.0f);
+    bf16::matmul_forward(out.data(), inp.data(), w.data(), s.N, s.C, s.OC);
+    const std::vector<double> inp_d = emulated(inp), w_d = emulated(w);
+    std::vector<double> want(out.size()), abs_sum(out.size());
+    ref::matmul_forward<double>(want.data(), inp_d.data(), w_d.data(), s.N, s.C, s.OC);
+    ref::matmul_forward<double>(abs_sum.data(), magnitudes(inp_d).data(), magnitudes(w_d).data(), s.N, s.C, s.OC);
+    expect_within_fp32_sum_bound(out, want, abs_sum, s.C, "out");
+    // and it is bf16: the fp32 product of the unrounded operands differs by far more than that bound
+    std::vector<float> fp32(out.size());
+    ref::matmul_forward<float>(fp32.data(), inp.data(), w.data(), s.N, s.C, s.OC);
+    double largest = 0;
+    for (size_t i = 0; i < out.size(); i++) largest = std::max(largest, double(std::fabs(out[i] - fp32[i])));
+    EXPECT_GT(largest, 1e-3) << "N=" << s.N;
+  }
+}
+
+// One row (a decoding step) is the fp32 product, bit for bit: rounding all of w for one row would cost more.
+TEST(Bf16, MatmulForwardOfOneRowIsTheFp32Product) {
+  const std::vector<float> inp = random_vector(64, 1), w = random_vector(40 * 64, 2);
+  std::vector<float> out(40), fp32(40);
+  bf16::matmul_forward(out.data(), inp.data(), w.data(), 1, 64, 40);
+  cpu::matmul_forward(fp32.data(), inp.data(), w.data(), 1, 64, 40);
+  EXPECT_EQ(0, std::memcmp(out.data(), fp32.data(), out.size() * 4));
+}
+
+TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
+  for (const Shape& s : kShapes) {
+    const std::vector<float> inp = random_vector(size_t(s.N) * s.C, 3), w = random_vector(size_t(s.OC) * s.C, 4),
+                             dout = random_vector(size_t(s.N) * s.OC, 5), dw0 = random_vector(size_t(s.OC) * s.C, 6);
+    for (bool with_dinp : {true, false}) {
+      std::vector<float> dinp(size_t(s.N) * s.C, -99.0f), dw = dw0;  // dw accumulates onto what it holds
+      bf16::matmul_backward(with_dinp ? dinp.data() : nullptr, dw.data(), dout.data(), inp.data(), w.data(), s.N, s.C,
+                            s.OC);
+      const std::vector<double> inp_d = emulated(inp), w_d = emulated(w), dout_d = emulated(dout);
+      std::vector<double> want_dinp(dinp.size(), 0.0), want_dw(dw.size(), 0.0), abs_dinp(dinp.size(), 0.0),
+          abs_dw(dw.size(), 0.0);
+      ref::matmul_backward<double>(want_dinp.data(), want_dw.data(), dout_d.data(), inp_d.data(), w_d.data(), s.N, s.C,
+                                   s.OC);
+      ref::matmul_backward<double>(abs_dinp.data(), abs_dw.data(), magnitudes(dout_d).data(), magnitudes(inp_d).data(),
+                                   magnitudes(w_d).data(), s.N, s.C, s.OC);
+      for (size_t i = 0; i < dw.size(); i++) want_dw[i] += dw0[i], abs_dw[i] += std::fabs(dw0[i]);
+      if (with_dinp) expect_within_fp32_sum_bound(dinp, want_dinp, abs_dinp, s.OC, "dinp");
+      if (!with_dinp) EXPECT_EQ(dinp[0], -99.0f);  // not written
+      expect_within_fp32_sum_bound(dw, want_dw, abs_dw, s.N + 1, "dw");
+    }
+  }
+}
+
+// A whole step (forward, loss, backward) on the bf16 backend against the double model on the same weights. Each
+// product rounds both operands once (relative error u = 2^-8 each); the model chains a handful of products per
+// layer, so the loss and the gradients move by a few u at most: bounded by 4u relative for the loss and 16u
+// (relative, gradient norm) for the gradients, and at least u/16 away (bf16 is really in use).
+TEST(Bf16, ModelStepAgainstDoubleWithinBf16Roundoff) {
+  ModelConfig cfg;
+  cfg.hidden_size = 64;
+  cfg.intermediate_size = 96;
+  cfg.num_hidden_layers = 2;
+  cfg.num_attention_heads = 4;
+  cfg.num_key_value_heads = 2;
+  cfg.head_dim = 16;
+  cfg.vocab_size = 37;
+  const int B = 2, T = 40;
+  Model<double> ref(cfg, B, T);
+  Model<float> fast(cfg, B, T);
+  fast.backend = &backend_named("local-bf16");
+  ref.init_weights(7);
+  for (size_t i = 0; i < ref.num_params(); i++) fast.params_data()[i] = float(ref.params_data()[i]);
+  ref.windows() = fast.windows() = {40, 5, 1, 17, 40, 40, 2, 9};
+  Rng r(8);
+  std::vector<int32_t> tokens(B * T + 1);
+  for (auto& t : tokens) t = int32_t(r.below(cfg.vocab_size));
+  ref.zero_grads();
+  fast.zero_grads();
+  const double lr = ref.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+  const double lf = fast.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+  const double u = 0x1p-8;
+  EXPECT_LT(std::fabs(lf - lr), 4 * u * std::fabs(lr)) << "loss " << lf << " vs " << lr;
+  ref.backward(tokens.data(), B, T);
+  fast.backward(tokens.data(), B, T);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.num_params(); i++) {
+    const double d = fast.grads_data()[i] - ref.grads_data()[i];
+    num += d * d;
+    den += ref.grads_data()[i] * ref.grads_data()[i];
+  }
+  const double rel = std::sqrt(num / den);
+  EXPECT_LT(rel, 16 * u);
+  EXPECT_GT(rel, u / 16);
+  std::printf("loss %.6f (double %.6f), gradient relative error %.2e (u = %.2e)\n", lf, lr, rel, u);
+}
+
+// Decoding against bf16 rings: every start (wrapping or not) and odd head dims, against the reference on the
+// widened values in double. Only the fp32 sums differ: within 1e-5 of the output's scale, as the fp32 kernel.
+TEST(Bf16, DecodeMatchesEmulatedReferenceOnRingBuffers) {
+  for (int D : {2, 6, 16, 32, 128})
+    for (int cap : {1, 5, 64, 300}) {
+      const std::vector<float> kf = random_vector(size_t(cap) * D, 10 + D + cap),
+                               vf = random_vector(size_t(cap) * D, 20 + D + cap), qf = random_vector(D, 30 + D + cap);
+      std::vector<uint16_t> k(kf.size()), v(vf.size());
+      bf16::convert(k.data(), kf.data(), k.size());
+      bf16::convert(v.data(), vf.data(), v.size());
+      const std::vector<double> qd(qf.begin(), qf.end());
+      for (int start : {0, 1, cap / 2, cap - 1})
+        for (int n : {1, 2, cap / 3 + 1, cap - 1, cap}) {
+          if (n < 1 || n > cap || start >= cap) continue;
+          std::vector<float> out(D, -1.0f), sc(n);
+          std::vector<double> want(D), scr(n);
+          bf16::attn_decode_forward(out.data(), qf.data(), k.data(), v.data(), cap, start, n, D, sc.data());
+          ref::attn_decode_forward_bf16<double>(want.data(), qd.data(), k.data(), v.data(), cap, start, n, D,
+                                                scr.data());
+          double worst = 0, scale = 1e-30;
+          for (int d = 0; d < D; d++) {
+            worst = std::max(worst, std::fabs(out[d] - want[d]));
+            scale = std::max(scale, std::fabs(want[d]));
+          }
+          EXPECT_LT(worst, 1e-5 * scale) << "D=" << D << " cap=" << cap << " start=" << start << " n=" << n;
+        }
+    }
+}
+
+// The decoder on the bf16 backend keeps its KV cache in bf16 (half the bytes) and its logits stay within bf16's
+// roundoff of the fp32 forward: keys and values rounded once (u = 2^-8 relative each) move a logit by a few u of the
+// logits' scale; bounded at 8u. Not equal to the fp32 decoder's: the cache is really bf16.
+TEST(Bf16, DecoderKeepsItsCacheInBf16) {
+  ModelConfig cfg;
+  cfg.hidden_size = 64;
+  cfg.intermediate_size = 96;
+  cfg.num_hidden_layers = 2;
+  cfg.num_attention_heads = 4;
+  cfg.num_key_value_heads = 2;
+  cfg.head_dim = 16;
+  cfg.vocab_size = 50;
+  const int T = 80, prompt = 30;
+  Model<float> model(cfg, 1, T, false);
+  model.init_weights(7);
+  model.windows() = {5, 80, 17, 1, 33, 2, 80, 64};
+  Rng r(1);
+  std::vector<int32_t> tokens(T);
+  for (auto& t : tokens) t = int32_t(r.below(cfg.vocab_size));
+  std::vector<float> full(size_t(T) * cfg.vocab_size);
+  model.forward_logits(tokens.data(), 1, T, full.data());
+  const size_t fp32_bytes = Decoder(model, T).cache().bytes();
+  model.backend = &backend_named("local-bf16");
+  Decoder dec(model, T);
+  EXPECT_TRUE(dec.cache().bf16);
+  EXPECT_EQ(dec.cache().bytes() * 2, fp32_bytes);
+  const int V = cfg.vocab_size;
+  const double u = 0x1p-8;
+  double largest_diff = 0;
+  const float* logits = dec.prefill(tokens.data(), prompt);
+  for (int pos = prompt - 1; pos < T; pos++) {
+    if (pos >= prompt) logits = dec.step(tokens[pos]);
+    double worst = 0, scale = 0;
+    for (int i = 0; i < V; i++) {
+      worst = std::max(worst, double(std::fabs(logits[i] - full[size_t(pos) * V + i])));
+      scale = std::max(scale, double(std::fabs(full[size_t(pos) * V + i])));
+    }
+    EXPECT_LT(worst, 8 * u * scale) << "position " << pos;
+    largest_diff = std::max(largest_diff, worst / scale);
+  }
+  EXPECT_GT(largest_diff, u / 64);
+  std::printf("largest logit difference from the fp32 forward: %.2e of the logits' scale (u = %.2e)\n", largest_diff,
+              u);
+}
+
+// A CPU without bf16 matrix instructions refuses train.precision=bf16 with an error that says so. oneDNN is held
+// to AVX2 to act as such a CPU; this works only before oneDNN's first use in the process (ctest runs each test in
+// its own process).
+TEST(Bf16, RefusedWhereTheCpuHasNoBf16) {
+  try {
+    dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+  } catch (const dnnl::error&) {
+  }
+  if (dnnl::get_effective_cpu_isa() != dnnl::cpu_isa::avx2)
+    GTEST_SKIP() << "oneDNN was already used in this process (run this test on its own, as ctest does)";
+  std::string isa;
+  EXPECT_FALSE(bf16::cpu_supported(&isa));
+  EXPECT_EQ(isa, "avx2");
+  try {
+    backend_for("local", "bf16");
+    ADD_FAILURE() << "bf16 was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no bf16 matrix instructions"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.precision=fp32"), std::string::npos) << e.what();
+  }
+  EXPECT_STREQ(backend_for("local", "fp32").name, "local");  // fp32 is untouched
+}
+
+TEST(Bf16, BackendForNamesThePrecision) {
+  EXPECT_STREQ(backend_for("dense", "fp32").name, "dense");
+  if (!bf16::cpu_supported()) {
+    EXPECT_THROW(backend_for("local", "bf16"), Error);
+    return;
+  }
+  EXPECT_STREQ(backend_for("local", "bf16").name, "local-bf16");
+  EXPECT_STREQ(backend_for("dense", "bf16").name, "dense-bf16");
+  EXPECT_THROW(backend_for("local", "fp16"), Error);
+}
+
+}  // namespace
+}  // namespace aah
