@@ -47,14 +47,8 @@ void print_corpus(const nlohmann::json& meta, const std::string& out) {
               meta["vocab_size"].dump().c_str());
 }
 
-}  // namespace
-
-void add_data_commands(CLI::App& app, int& rc) {
-  auto* data =
-      app.add_subcommand("data", "Prepare a corpus: DIR/train.bin, DIR/val.bin, DIR/tokenizer.json, DIR/meta.json");
-  data->require_subcommand(1);
-
-  // ---- synth
+// aah data synth
+void add_synth_command(CLI::App* data, int& rc) {
   auto* synth =
       data->add_subcommand("synth", "Built-in synthetic corpus (local grammar + long-range key/value recall)");
   static std::string out;
@@ -82,8 +76,10 @@ void add_data_commands(CLI::App& app, int& rc) {
     std::printf("wrote %s/train.bin, val.bin, tokenizer.json, meta.json\n", out.c_str());
     rc = 0;
   });
+}
 
-  // ---- brown
+// aah data brown, code and text: the text corpora.
+void add_corpus_commands(CLI::App* data, int& rc) {
   static CorpusOptions bo;
   static std::string brown_source;
   auto* brown = data->add_subcommand(
@@ -97,7 +93,6 @@ void add_data_commands(CLI::App& app, int& rc) {
     rc = 0;
   });
 
-  // ---- code
   static CorpusOptions co;
   static std::string code_root = kPythonStdlibDir;
   auto* code = data->add_subcommand(
@@ -109,7 +104,6 @@ void add_data_commands(CLI::App& app, int& rc) {
     rc = 0;
   });
 
-  // ---- text
   static CorpusOptions to;
   static std::string text_in, doc_sep;
   auto* text = data->add_subcommand("text",
@@ -124,8 +118,31 @@ void add_data_commands(CLI::App& app, int& rc) {
     print_corpus(text_write(to, text_in, doc_sep), to.out);
     rc = 0;
   });
+}
 
-  // ---- tokenizer train
+// aah tokenizer train: the texts of a file or a directory, BPE, tokenizer.json.
+void tokenizer_train(const std::string& in, const std::string& out, bool force, const BpeTrainOptions& bt) {
+  if (!force && file_exists(out)) fail("[tokenizer] ", out, " exists; pass --force to overwrite it");
+  std::vector<std::string> texts;
+  if (dir_exists(in)) {
+    for (auto& d : text_documents(in, "file", 1).docs) texts.push_back(std::move(d.text));
+  } else {
+    texts.push_back(read_file(in));
+    utf8_check(texts.back(), "[tokenizer] " + in);
+  }
+  std::vector<std::string_view> views(texts.begin(), texts.end());
+  BpeTrainStats st;
+  const auto j = bpe_train(views, bt, &st);
+  write_file_atomic(out, j.dump(2) + "\n");
+  std::printf(
+      "wrote %s: vocab %lld (%lld merges) from %.1f MB, %lld words (%lld distinct); count %.2f s, "
+      "merges %.2f s\n",
+      out.c_str(), (long long)st.vocab_size, (long long)st.merges, double(st.bytes) / 1e6, (long long)st.words,
+      (long long)st.unique_words, st.count_seconds, st.merge_seconds);
+}
+
+// aah tokenizer train
+void add_tokenizer_command(CLI::App& app, int& rc) {
   auto* tokenizer = app.add_subcommand("tokenizer", "Tokenizers: train a byte-level BPE (Hugging Face tokenizer.json)");
   tokenizer->require_subcommand(1);
   auto* train = tokenizer->add_subcommand(
@@ -144,29 +161,46 @@ void add_data_commands(CLI::App& app, int& rc) {
   train->add_flag("--force", train_force, "Overwrite --out");
   train->add_flag("--verbose", bt.verbose, "Progress on stderr");
   train->callback([&rc] {
-    if (!train_force && file_exists(train_out))
-      fail("[tokenizer] ", train_out, " exists; pass --force to overwrite it");
     if (!specials.empty()) bt.special_tokens = specials;
-    std::vector<std::string> texts;
-    if (dir_exists(train_in)) {
-      for (auto& d : text_documents(train_in, "file", 1).docs) texts.push_back(std::move(d.text));
-    } else {
-      texts.push_back(read_file(train_in));
-      utf8_check(texts.back(), "[tokenizer] " + train_in);
-    }
-    std::vector<std::string_view> views(texts.begin(), texts.end());
-    BpeTrainStats st;
-    const auto j = bpe_train(views, bt, &st);
-    write_file_atomic(train_out, j.dump(2) + "\n");
-    std::printf(
-        "wrote %s: vocab %lld (%lld merges) from %.1f MB, %lld words (%lld distinct); count %.2f s, "
-        "merges %.2f s\n",
-        train_out.c_str(), (long long)st.vocab_size, (long long)st.merges, double(st.bytes) / 1e6, (long long)st.words,
-        (long long)st.unique_words, st.count_seconds, st.merge_seconds);
+    tokenizer_train(train_in, train_out, train_force, bt);
     rc = 0;
   });
+}
 
-  // ---- tokenize
+// aah tokenize --ids: the ids of the text on one line.
+void print_ids(const Tokenizer& tok, const std::string& in) {
+  const std::vector<int32_t> ids = tok.encode(in);
+  std::string line;
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (i) line += ' ';
+    line += std::to_string(ids[i]);
+  }
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+// aah tokenize --text: the text of ids separated by white space.
+void print_text(const Tokenizer& tok, const std::string& in, bool skip_special) {
+  std::vector<int32_t> ids;
+  std::istringstream s(in);
+  std::string w;
+  while (s >> w) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > INT32_MAX) fail("[tokenize] '", w.substr(0, 40), "' is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  const std::string text = tok.decode(ids, skip_special);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+// aah tokenize: text to ids or ids to text
+void add_tokenize_command(CLI::App& app, int& rc) {
   auto* tokenize = app.add_subcommand(
       "tokenize", "Encode stdin to ids (--ids) or decode ids on stdin to text (--text) with a tokenizer.json");
   static std::string tok_file;
@@ -182,36 +216,25 @@ void add_data_commands(CLI::App& app, int& rc) {
     if (!to_ids && !to_text) fail("[tokenize] say --ids (text to ids) or --text (ids to text)");
     const Tokenizer tok = Tokenizer::load(tok_file);
     std::string in = read_stdin();
-    if (to_ids) {
-      if (replace_invalid) in = utf8_sanitize(in);
-      const std::vector<int32_t> ids = tok.encode(in);
-      std::string line;
-      for (size_t i = 0; i < ids.size(); i++) {
-        if (i) line += ' ';
-        line += std::to_string(ids[i]);
-      }
-      line += '\n';
-      std::fwrite(line.data(), 1, line.size(), stdout);
-    } else {
-      std::vector<int32_t> ids;
-      std::istringstream s(in);
-      std::string w;
-      while (s >> w) {
-        size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(w, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != w.size() || v < 0 || v > INT32_MAX) fail("[tokenize] '", w.substr(0, 40), "' is not a token id");
-        ids.push_back(int32_t(v));
-      }
-      const std::string text = tok.decode(ids, skip_special);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    }
+    if (to_ids && replace_invalid) in = utf8_sanitize(in);
+    if (to_ids)
+      print_ids(tok, in);
+    else
+      print_text(tok, in, skip_special);
     rc = 0;
   });
+}
+
+}  // namespace
+
+void add_data_commands(CLI::App& app, int& rc) {
+  auto* data =
+      app.add_subcommand("data", "Prepare a corpus: DIR/train.bin, DIR/val.bin, DIR/tokenizer.json, DIR/meta.json");
+  data->require_subcommand(1);
+  add_synth_command(data, rc);
+  add_corpus_commands(data, rc);
+  add_tokenizer_command(app, rc);
+  add_tokenize_command(app, rc);
 }
 
 }  // namespace aah

@@ -37,6 +37,59 @@ std::string fixed(double v, int digits) {
 }
 std::string mb(int64_t bytes) { return fixed(double(bytes) / 1e6, 2); }
 
+// The two sides of the split: the training texts (what the tokenizer learns from) and the sizes.
+struct SplitSizes {
+  std::vector<std::string_view> train_texts;
+  int64_t train_bytes = 0, val_bytes = 0, n_val = 0;
+};
+
+SplitSizes split_sizes(const std::vector<CorpusDocument>& docs, const std::vector<uint8_t>& is_val) {
+  SplitSizes s;
+  for (size_t i = 0; i < docs.size(); i++) {
+    if (is_val[i]) {
+      s.val_bytes += int64_t(docs[i].text.size());
+      s.n_val++;
+    } else {
+      s.train_bytes += int64_t(docs[i].text.size());
+      s.train_texts.push_back(docs[i].text);
+    }
+  }
+  return s;
+}
+
+// The ids of every document (OpenMP over documents), each led by <|endoftext|> (eot).
+std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tok, int32_t eot,
+                                                   const std::vector<CorpusDocument>& docs, const std::string& source) {
+  std::vector<std::vector<int32_t>> ids(docs.size());
+  std::string error;
+#pragma omp parallel
+  {
+    TokenizerEncoder enc(tok);
+#pragma omp for schedule(dynamic, 1)
+    for (size_t i = 0; i < docs.size(); i++) {
+      try {
+        ids[i].push_back(eot);
+        enc.encode(docs[i].text, ids[i]);
+      } catch (const Error& e) {
+#pragma omp critical(corpus_encode_error)
+        if (error.empty()) error = str_cat("document ", docs[i].name, ": ", e.what());
+      }
+    }
+  }
+  if (!error.empty()) fail("[data] ", source, ": ", error);
+  return ids;
+}
+
+// Size and SHA-256 of the files written so far, for meta.json.
+nlohmann::json file_digests(const std::string& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const char* f : {"train.bin", "val.bin", "tokenizer.json"}) {
+    const std::string bytes = read_file(dir + "/" + f);
+    files[f] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+  }
+  return files;
+}
+
 }  // namespace
 
 void corpus_check_out_dir(const std::string& dir, bool force) {
@@ -85,23 +138,14 @@ nlohmann::json corpus_write(const std::string& source, const std::vector<CorpusD
   const std::vector<uint8_t> is_val = corpus_split(docs, opt.seed, opt.val_fraction);
 
   // Tokenizer, trained on the training split only.
-  std::vector<std::string_view> train_texts;
-  int64_t train_bytes = 0, val_bytes = 0, n_val = 0;
-  for (size_t i = 0; i < docs.size(); i++) {
-    if (is_val[i]) {
-      val_bytes += int64_t(docs[i].text.size());
-      n_val++;
-    } else {
-      train_bytes += int64_t(docs[i].text.size());
-      train_texts.push_back(docs[i].text);
-    }
-  }
-  say(str_cat(docs.size(), " documents, ", mb(train_bytes + val_bytes), " MB; ", docs.size() - size_t(n_val),
-              " train / ", n_val, " validation; training byte-level BPE, vocab ", opt.vocab_size));
+  const SplitSizes split = split_sizes(docs, is_val);
+  const size_t n_train = docs.size() - size_t(split.n_val);
+  say(str_cat(docs.size(), " documents, ", mb(split.train_bytes + split.val_bytes), " MB; ", n_train, " train / ",
+              split.n_val, " validation; training byte-level BPE, vocab ", opt.vocab_size));
   BpeTrainOptions bo;
   bo.vocab_size = opt.vocab_size;
   BpeTrainStats bs;
-  const nlohmann::ordered_json tok_json = bpe_train(train_texts, bo, &bs);
+  const nlohmann::ordered_json tok_json = bpe_train(split.train_texts, bo, &bs);
   const std::string tok_text = tok_json.dump(2) + "\n";
   const Tokenizer tok = Tokenizer::from_json(nlohmann::json::parse(tok_text), opt.out + "/tokenizer.json");
   const int32_t eot = tok.token_to_id("<|endoftext|>");
@@ -111,24 +155,7 @@ nlohmann::json corpus_write(const std::string& source, const std::vector<CorpusD
     say(str_cat("note: the training text ran out of pairs to merge; vocabulary ", bs.vocab_size, " instead of ",
                 opt.vocab_size));
 
-  // Encode every document (OpenMP over documents), each led by <|endoftext|>.
-  std::vector<std::vector<int32_t>> ids(docs.size());
-  std::string error;
-#pragma omp parallel
-  {
-    TokenizerEncoder enc(tok);
-#pragma omp for schedule(dynamic, 1)
-    for (size_t i = 0; i < docs.size(); i++) {
-      try {
-        ids[i].push_back(eot);
-        enc.encode(docs[i].text, ids[i]);
-      } catch (const Error& e) {
-#pragma omp critical(corpus_encode_error)
-        if (error.empty()) error = str_cat("document ", docs[i].name, ": ", e.what());
-      }
-    }
-  }
-  if (!error.empty()) fail("[data] ", source, ": ", error);
+  std::vector<std::vector<int32_t>> ids = encode_documents(tok, eot, docs, source);
   std::vector<int32_t> train, val;
   std::vector<std::string> val_names;
   for (size_t i = 0; i < docs.size(); i++) {
@@ -143,23 +170,18 @@ nlohmann::json corpus_write(const std::string& source, const std::vector<CorpusD
   const uint32_t vocab = uint32_t(tok.vocab_size());
   shard_write(opt.out + "/train.bin", train, vocab);
   shard_write(opt.out + "/val.bin", val, vocab);
-  nlohmann::json files = nlohmann::json::object();
-  for (const char* f : {"train.bin", "val.bin", "tokenizer.json"}) {
-    const std::string bytes = read_file(opt.out + "/" + f);
-    files[f] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
-  }
+  const nlohmann::json files = file_digests(opt.out);
   nlohmann::json meta = {
       {"source", source},
       {"vocab_size", vocab},
       {"documents", docs.size()},
-      {"train_documents", docs.size() - size_t(n_val)},
-      {"val_documents", n_val},
-      {"train_bytes", train_bytes},
-      {"val_bytes", val_bytes},
+      {"train_documents", n_train},
+      {"val_documents", split.n_val},
+      {"train_bytes", split.train_bytes},
+      {"val_bytes", split.val_bytes},
       {"train_tokens", train.size()},
       {"val_tokens", val.size()},
-      {"bytes_per_token",
-       train.empty() ? 0.0 : double(train_bytes) / double(train.size() - (docs.size() - size_t(n_val)))},
+      {"bytes_per_token", train.empty() ? 0.0 : double(split.train_bytes) / double(train.size() - n_train)},
       {"split",
        str_cat("by document: validation when SHA-256(seed as 8 little-endian bytes || text), first 8 bytes as a "
                "little-endian integer, top 53 bits / 2^53 < ",

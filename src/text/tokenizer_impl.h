@@ -1,5 +1,6 @@
-// Internals of text/tokenizer.cpp shared with the BPE trainer (text/bpe_train.cpp) and the tests: the PCRE2 regex
-// wrapper, an open-addressing map for merge pairs, and the loaded tokenizer's tables.
+// Internals of the tokenizer (text/tokenizer*.cpp, text/bpe_merge.cpp) shared between its files, with the BPE trainer
+// (text/bpe_train.cpp) and with the tests: the PCRE2 regex wrapper, an open-addressing map for merge pairs, and the
+// loaded tokenizer's tables.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -134,6 +135,8 @@ struct TokenizerImpl {
   bool first_byte[256] = {};
 };
 
+// The single-byte token of byte `b`: the vocabulary's, else the unk token; throws when there is neither.
+int32_t bpe_byte_token(const TokenizerImpl& t, unsigned char b);
 // BPE of one word given as bytes; appends ids. Words up to `heap_threshold` bytes use an array scan, longer ones a
 // heap over a linked list; both merge the lowest rank first, leftmost among equals. Throws for a byte the
 // vocabulary lacks when there is no unk token.
