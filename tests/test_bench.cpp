@@ -24,6 +24,8 @@
 #include "core/rng.h"
 #include "core/sys.h"
 #include "kernels/attention_common.h"
+#include "kernels/bf16/bf16.h"
+#include "core/check.h"
 
 namespace aah {
 namespace {
@@ -366,6 +368,49 @@ TEST(BenchDecode, SmallCaseKvFollowsTheWindows) {
     }
     EXPECT_EQ(r["stats"]["time_ratio"]["n"], 3);
   }
+}
+
+// --precision fp32,bf16 (issue 43): on a CPU with bf16 instructions, one more row per set with precision bf16, its
+// ratio against fp32's step per round, and the bf16 product's rate; elsewhere the refusal, before anything is timed.
+std::vector<nlohmann::json> json_rows(const std::string& out) {
+  std::vector<nlohmann::json> rows;
+  size_t at = 0;
+  for (size_t nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1)
+    rows.push_back(nlohmann::json::parse(out.substr(at, nl - at)));
+  return rows;
+}
+
+TEST(BenchPrecision, TrainAndDecodeTimeBf16BesideFp32) {
+  BenchOptions o;
+  o.json = true;
+  o.measure.warmup_rounds = 0, o.measure.rounds_min = 2, o.measure.rounds_max = 2, o.measure.budget_s = 0.01;
+  if (!bf16::cpu_supported()) {
+    EXPECT_THROW(bench_train(o, "full", 256, "", {}, {"fp32", "bf16"}), Error);
+    EXPECT_THROW(bench_decode(o, 512, {"fp32", "bf16"}), Error);
+    return;
+  }
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bench_train(o, "full", 256, "", {}, {"fp32", "bf16"}), 0);
+  std::vector<nlohmann::json> rows = json_rows(testing::internal::GetCapturedStdout());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["precision"], "fp32");
+  EXPECT_EQ(rows[1]["precision"], "bf16");
+  EXPECT_EQ(rows[1]["batch"], 16);  // bench-c at context 256: 4096 tokens per step
+  EXPECT_GT(rows[1]["speedup_vs_fp32"].get<double>(), 0);
+  EXPECT_GT(rows[1]["bf16_gemm_gflops"].get<double>(), 0);
+  EXPECT_EQ(rows[1]["stats"]["speedup_vs_fp32"]["n"], 2);
+
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bench_decode(o, 512, {"fp32", "bf16"}), 0);
+  rows = json_rows(testing::internal::GetCapturedStdout());
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[2]["window_set"], "full bf16");
+  EXPECT_EQ(rows[2]["precision"], "bf16");
+  EXPECT_DOUBLE_EQ(rows[2]["kv_ratio"].get<double>(), 0.5);  // the bf16 cache: half the bytes of fp32's
+  EXPECT_DOUBLE_EQ(rows[3]["kv_ratio"].get<double>(), 0.3125 / 2);
+  // the same pairs as fp32's set: only the bytes per value differ
+  EXPECT_DOUBLE_EQ(rows[3]["decode_attention_pairs_per_token"].get<double>(),
+                   rows[1]["decode_attention_pairs_per_token"].get<double>());
 }
 
 // OpenBLAS's core type (core/sys.h): a core without AVX2 kernels on a CPU with AVX2/FMA or AVX-512 is replaced;

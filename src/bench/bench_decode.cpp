@@ -1,5 +1,6 @@
 #include "bench/bench_decode.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -26,12 +27,13 @@ struct DecodeSet {
   std::unique_ptr<Engine> engine;  // its model: weights from seed 0, windows set by hand
   Model<float>* model = nullptr;
   std::unique_ptr<Decoder> dec;
+  std::string precision = "fp32";  // bf16: train.precision=bf16, whose decoder keeps a bf16 KV cache
   double kv_bytes = 0, decode_attn_pairs = 0, window_ratio = 1;
 };
 
 }  // namespace
 
-int bench_decode(const BenchOptions& o, int T) {
+int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& precisions) {
   const ModelConfig m = bench_c_model();
   const int steps = 128;
   if (T < 2 * steps) fail("bench decode: --context ", T, " is too short (at least ", 2 * steps, ")");
@@ -42,6 +44,12 @@ int bench_decode(const BenchOptions& o, int T) {
   std::vector<DecodeSet> sets(2);
   sets[0].name = "full", sets[0].head_windows = std::vector<int>(H, T);
   sets[1].name = "full_adaptive_mix", sets[1].head_windows = paper_adaptive_mix(T, H);
+  if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
+    for (int si = 0; si < 2; si++) {  // the same two sets with a bf16 KV cache
+      DecodeSet s16;
+      s16.name = sets[si].name + " bf16", s16.head_windows = sets[si].head_windows, s16.precision = "bf16";
+      sets.push_back(std::move(s16));
+    }
   Rng rng(1);
   std::vector<int32_t> tokens(T);
   for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
@@ -55,6 +63,7 @@ int bench_decode(const BenchOptions& o, int T) {
   for (DecodeSet& s : sets) {
     Config c;
     c.model = m;
+    c.train.precision = s.precision;
     s.engine = std::make_unique<Engine>(c, EngineOptions(1, T).no_policy());
     s.model = &s.engine->model;
     for (int l = 0; l < L; l++)
@@ -81,7 +90,7 @@ int bench_decode(const BenchOptions& o, int T) {
                        }});
     }
   MeasureOptions mo = o.measure;
-  mo.ratios = {{1, 0}};  // prefill time, mix / full (the decode ratio is over the sums of blocks, below)
+  for (int si = 1; si < nsets; si++) mo.ratios.push_back({si, 0});  // prefill time vs full's (decode: below)
   const MeasureResult res = measure_interleaved(cases, mo);
   // Per round: the decode time of a set is the sum of its blocks.
   std::vector<std::vector<double>> decode_s(nsets);
@@ -93,9 +102,11 @@ int bench_decode(const BenchOptions& o, int T) {
   const double lim = res.spread_limit;
   // A decode step is memory-bound: it reads every weight once (the tied embedding as the output layer) and the
   // K and V rows of every visible pair. Predicted time ratio = bytes read with the set / bytes read with full.
+  // A bf16 cache holds 2 bytes per value; the weights stay fp32 in decoding (one-row products, kernels/bf16/bf16.h).
   auto bytes_read = [&](const DecodeSet& s) {
+    const double kv_value_bytes = s.precision == "bf16" ? 2 : sizeof(float);
     return double(sets[0].model->num_params()) * sizeof(float) +
-           s.decode_attn_pairs * 2.0 * m.head_dim * sizeof(float) * m.num_key_value_heads / m.num_attention_heads;
+           s.decode_attn_pairs * 2.0 * m.head_dim * kv_value_bytes * m.num_key_value_heads / m.num_attention_heads;
   };
   bool any_flag = false;
   for (size_t si = 0; si < sets.size(); si++) {
@@ -108,14 +119,23 @@ int bench_decode(const BenchOptions& o, int T) {
     const bool flagged = decode_tok_s.flagged || prefill_tok_s.flagged || (si > 0 && time_ratio.flagged);
     any_flag = any_flag || flagged;
     if (o.json) {
-      nlohmann::json j = {{"config", "bench-c"},      {"T", T}, {"prompt", prompt}, {"decoded", steps},
-                          {"window_set", s.name}, {"window_ratio", s.window_ratio},
-                          {"kv_bytes", s.kv_bytes},  {"kv_ratio", kv_ratio},
-                          {"decode_tokens_per_s", decode_tok_s.median}, {"time_ratio", time_ratio.median},
-                          {"bytes_read_per_token", bytes_read(s)}, {"predicted_time_ratio", predicted},
+      nlohmann::json j = {{"config", "bench-c"},
+                          {"T", T},
+                          {"prompt", prompt},
+                          {"decoded", steps},
+                          {"window_set", s.name},
+                          {"precision", s.precision},
+                          {"window_ratio", s.window_ratio},
+                          {"kv_bytes", s.kv_bytes},
+                          {"kv_ratio", kv_ratio},
+                          {"decode_tokens_per_s", decode_tok_s.median},
+                          {"time_ratio", time_ratio.median},
+                          {"bytes_read_per_token", bytes_read(s)},
+                          {"predicted_time_ratio", predicted},
                           {"prefill_tokens_per_s", prefill_tok_s.median},
                           {"decode_attention_pairs_per_token", s.decode_attn_pairs},
-                          {"rounds", res.rounds}, {"threads", num_threads()}};
+                          {"rounds", res.rounds},
+                          {"threads", num_threads()}};
       j["stats"] = {{"decode_tokens_per_s", stats_json(decode_tok_s, o.samples)},
                     {"prefill_tokens_per_s", stats_json(prefill_tok_s, o.samples)},
                     {"time_ratio", stats_json(time_ratio, o.samples)}};
@@ -123,12 +143,13 @@ int bench_decode(const BenchOptions& o, int T) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       if (si == 0)
-        std::printf("bench-c at context %d, decoding %d tokens after a %d-token prompt (%d thread%s), %d rounds, "
-                    "%.1f s\n%-18s %12s %9s %9s %12s %7s %10s %7s %9s %14s %7s\n",
-                    T, steps, prompt, num_threads(), num_threads() == 1 ? "" : "s", res.rounds, res.seconds,
-                    "window set", "KV bytes", "KV ratio", "W ratio", "decode tok/s", "spread", "time ratio", "spread",
-                    "predicted", "prefill tok/s", "spread");
-      std::printf("%-18s %12.0f %9.3f %9.3f %11.1f%1s %6.1f%% %9.3f%1s %6.1f%% %9.3f %13.0f%1s %6.1f%%\n",
+        std::printf(
+            "bench-c at context %d, decoding %d tokens after a %d-token prompt (%d thread%s), %d rounds, "
+            "%.1f s\n%-22s %12s %9s %9s %12s %7s %10s %7s %9s %14s %7s\n",
+            T, steps, prompt, num_threads(), num_threads() == 1 ? "" : "s", res.rounds, res.seconds, "window set",
+            "KV bytes", "KV ratio", "W ratio", "decode tok/s", "spread", "time ratio", "spread", "predicted",
+            "prefill tok/s", "spread");
+      std::printf("%-22s %12.0f %9.3f %9.3f %11.1f%1s %6.1f%% %9.3f%1s %6.1f%% %9.3f %13.0f%1s %6.1f%%\n",
                   s.name.c_str(), s.kv_bytes, kv_ratio, s.window_ratio, decode_tok_s.median, flag_mark(decode_tok_s),
                   100 * decode_tok_s.spread, time_ratio.median, si > 0 ? flag_mark(time_ratio) : "",
                   100 * time_ratio.spread, predicted, prefill_tok_s.median, flag_mark(prefill_tok_s),
@@ -136,9 +157,10 @@ int bench_decode(const BenchOptions& o, int T) {
     }
   }
   if (!o.json) {
-    std::printf("predicted: memory-bound time ratio = bytes read per decoded token (weights %.1f MB once, plus K and V "
-                "of the visible pairs) / the same with full windows\n",
-                double(sets[0].model->num_params()) * sizeof(float) / 1e6);
+    std::printf(
+        "predicted: memory-bound time ratio = bytes read per decoded token (weights %.1f MB once, plus K and V "
+        "of the visible pairs, 2 bytes a value in a bf16 cache) / the same with full fp32 windows\n",
+        double(sets[0].model->num_params()) * sizeof(float) / 1e6);
     if (any_flag) print_flag_note(lim);
   }
   return 0;

@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "kernels/attention_common.h"
+#include "kernels/bf16/bf16.h"
 #include "experiments/presets.h"
 #include "core/sys.h"
 #include "model/model.h"
@@ -34,6 +35,22 @@ MeasureCase SgemmBench::make_case() const {
             for (int r = 0; r < g.repeats; r++)
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.M, g.N, g.K, 1.0f, buf->a.data(), g.K,
                           buf->b.data(), g.K, 0.0f, buf->c.data(), g.N);
+          }};
+}
+
+MeasureCase Bf16GemmBench::make_case() const {
+  struct Buffers {
+    std::vector<uint16_t> a, b;
+    std::vector<float> c;
+  };
+  auto buf = std::make_shared<Buffers>();
+  buf->a.assign(size_t(M) * K, bf16::round(0.5f));
+  buf->b.assign(size_t(N) * K, bf16::round(0.25f));
+  buf->c.assign(size_t(M) * N, 0.0f);
+  const Bf16GemmBench g = *this;
+  return {"bf16 product", [buf, g] {
+            for (int r = 0; r < g.repeats; r++)
+              bf16::gemm_nt(buf->c.data(), buf->a.data(), buf->b.data(), g.M, g.N, g.K);
           }};
 }
 
@@ -190,7 +207,7 @@ double pair_ratio_of(const std::vector<int>& windows, int T) {
 }  // namespace
 
 int bench_train(const BenchOptions& o, const std::string& regime, int context, const std::string& preset,
-                const std::vector<std::string>& window_sets) {
+                const std::vector<std::string>& window_sets, const std::vector<std::string>& precisions) {
   const Config full_cfg = bench_config("full", context, preset);
   const ModelConfig& m = full_cfg.model;
   const int B = full_cfg.train.batch_size, T = full_cfg.train.context;
@@ -248,6 +265,29 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
   MeasureOptions mo = o.measure;
   for (size_t i = 0; i < variants.size(); i++) mo.ratios.push_back({int(i) + 1, i_full});
   mo.ratios.push_back({i_sgemm, i_full});
+  // bf16: the same model at train.precision=bf16 (its own weights and optimizer: same seed, same shape), full
+  // windows, and oneDNN's bf16 product as its reference rate.
+  const bool with_bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
+  std::optional<BenchTrainer> bt16;
+  std::vector<double> attn_bf16;
+  const Bf16GemmBench bf16_gemm;
+  int i_bf16 = -1, i_bf16_gemm = -1;
+  if (with_bf16) {
+    Config c16 = full_cfg;
+    c16.train.precision = "bf16";
+    bt16.emplace(c16);
+    i_bf16 = int(cases.size());
+    cases.push_back({"full bf16", [&] {
+                       bt16->model.set_full_windows(T);
+                       const double a0 = bt16->model.attention_seconds;
+                       bt16->step();
+                       attn_bf16.push_back(bt16->model.attention_seconds - a0);
+                     }});
+    i_bf16_gemm = int(cases.size());
+    cases.push_back(bf16_gemm.make_case());
+    mo.ratios.push_back({i_full, i_bf16});
+    mo.ratios.push_back({i_bf16_gemm, i_bf16});
+  }
   const MeasureResult res = measure_interleaved(cases, mo);
   const double lim = res.spread_limit;
   attn_full.erase(attn_full.begin(), attn_full.begin() + res.warmup_rounds);
@@ -370,12 +410,55 @@ int bench_train(const BenchOptions& o, const std::string& regime, int context, c
                     fmt(expected_ms.median, 1), " ms/step; measured / expected ", stats_text(vs_expected, 3), "\n");
     lines.push_back(text);
   }
+  if (with_bf16) {
+    attn_bf16.erase(attn_bf16.begin(), attn_bf16.begin() + res.warmup_rounds);
+    const SampleStats& s16 = res.cases[i_bf16];
+    const SampleStats ms16 = scaled(s16, 1e3), attn16_ms = scaled(sample_stats(attn_bf16, lim), 1e3);
+    const SampleStats tok16 = rate_stats(s16, tokens_per_step, lim);
+    const SampleStats gflops16 = scaled(rate_stats(s16, flops_per_token * tokens_per_step, lim), 1e-9);
+    const SampleStats limit16 = scaled(rate_stats(res.cases[i_bf16_gemm], bf16_gemm.flops(), lim), 1e-9);
+    const SampleStats share16 =
+        scaled(ratio_stats(res, i_bf16_gemm, i_bf16), flops_per_token * tokens_per_step / bf16_gemm.flops());
+    const SampleStats speedup = ratio_stats(res, i_full, i_bf16);  // fp32 time / bf16 time, per round
+    std::string isa;
+    bf16::cpu_supported(&isa);
+    nlohmann::json r = {{"config", config_name},
+                        {"regime", "full"},
+                        {"precision", "bf16"},
+                        {"isa", isa},
+                        {"context", T},
+                        {"batch", B},
+                        {"tokens_per_s", tok16.median},
+                        {"ms_per_step", ms16.median},
+                        {"attention_ms", attn16_ms.median},
+                        {"attention_share", attn16_ms.median / ms16.median},
+                        {"model_gflops", gflops16.median},
+                        {"bf16_gemm_gflops", limit16.median},
+                        {"bf16_gemm_share", share16.median},
+                        {"speedup_vs_fp32", speedup.median},
+                        {"peak_rss_mb", peak_rss}};
+    measured(r);
+    r["stats"] = {{"ms_per_step", stats_json(ms16, ss)},        {"tokens_per_s", stats_json(tok16, ss)},
+                  {"attention_ms", stats_json(attn16_ms, ss)},  {"bf16_gemm_gflops", stats_json(limit16, ss)},
+                  {"bf16_gemm_share", stats_json(share16, ss)}, {"speedup_vs_fp32", stats_json(speedup, ss)}};
+    r["flagged"] = ms16.flagged || speedup.flagged;
+    any_flag = any_flag || ms16.flagged || speedup.flagged || share16.flagged;
+    rows.push_back(r);
+    lines.push_back(str_cat("  full windows, bf16 products (oneDNN, ", isa, "): ", fmt(tok16.median, 0),
+                            " tokens/s, ms/step ", stats_text(ms16, 1), ", attention ", fmt(attn16_ms.median, 1),
+                            " ms/step (", fmt(100 * attn16_ms.median / ms16.median, 0), "% of the step)\n    step ",
+                            stats_text(speedup, 3), "x fp32's (per round); ", fmt(gflops16.median, 1),
+                            " model GFLOP/s = ", stats_text(share16, 2), " of the in-process bf16 product (",
+                            fmt(limit16.median, 1), " GFLOP/s)\n"));
+  }
+  rows.front()["precision"] = "fp32";
   if (o.json) {
     for (auto& r : rows) std::printf("%s\n", r.dump().c_str());
     return 0;
   }
   std::string names = "full";
   for (const TrainVariant& v : variants) names += ", " + v.name;
+  if (with_bf16) names += ", full bf16, bf16 product";
   std::printf("%s: %d layers, hidden %d, %d heads x %d (%d KV), SwiGLU %d, vocab %d, batch %d x %d, %d thread%s\n",
               config_name.c_str(), L, m.hidden_size, H, m.head_dim, m.num_key_value_heads, m.intermediate_size,
               m.vocab_size, B, T, num_threads(), num_threads() == 1 ? "" : "s");

@@ -24,8 +24,10 @@ ModelConfig bench_c_model();
 // preset: a suite preset's name: its model, context and batch instead of bench-c's (context is then ignored).
 // window_sets: fixed window sets also timed against full windows, the same in every layer: "mix" (the paper's final
 // Full-adaptive mix: on 8 heads 4 x T/8, 2 x T/4, T/2, T; see paper_adaptive_mix) and "T/8" (every head).
+// precisions: "fp32" always (the reference of every ratio); "bf16" adds the full-window step at train.precision=bf16
+// and oneDNN's in-process bf16 product, interleaved with the rest (refused on a CPU without bf16 instructions).
 int bench_train(const BenchOptions& o, const std::string& regime, int context = 1024, const std::string& preset = "",
-                const std::vector<std::string>& window_sets = {});
+                const std::vector<std::string>& window_sets = {}, const std::vector<std::string>& precisions = {});
 
 // The paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T) on H heads: on 8 heads
 // {T/8, T/8, T/8, T/8, T/4, T/4, T/2, T}; on other H, head h takes the entry at the middle of its eighth-share.
@@ -50,6 +52,13 @@ struct BenchTrainer {
 // benches compare model FLOP rates with. The case owns its buffers.
 struct SgemmBench {
   int M = 1024, N = 1024, K = 1024, repeats = 4;
+  double flops() const { return 2.0 * M * N * K * repeats; }  // of one run
+  MeasureCase make_case() const;
+};
+// oneDNN's bf16 product (M, N, K), operands already bf16, `repeats` times per run: the in-process reference rate of
+// bf16 (train.precision=bf16), as SgemmBench is of fp32.
+struct Bf16GemmBench {
+  int M = 1024, N = 1024, K = 1024, repeats = 8;
   double flops() const { return 2.0 * M * N * K * repeats; }  // of one run
   MeasureCase make_case() const;
 };

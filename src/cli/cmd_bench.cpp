@@ -88,9 +88,16 @@ void add_bench_commands(CLI::App& app, int& rc) {
                  "paper's final Full-adaptive mix: 4 x T/8, 2 x T/4, T/2, T on 8 heads), T/8")
       ->delimiter(',')
       ->check(CLI::IsMember({"mix", "T/8"}));
+  static std::vector<std::string> precisions = {"fp32"};
+  tr->add_option("--precision", precisions,
+                 "fp32 (always timed: the reference) and bf16: the full-window step at train.precision=bf16 (bf16 "
+                 "products on oneDNN) and oneDNN's bf16 product, interleaved with the rest, e.g. fp32,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   tr->callback([&rc] {
     if (steps > 0) opts.measure.rounds_min = steps, opts.measure.rounds_max = std::max(opts.measure.rounds_max, steps);
-    rc = bench_train(opts, regime, context, preset, window_sets);
+    rc = bench_train(opts, regime, context, preset, window_sets, precisions);
   });
   auto* dc = bench->add_subcommand("decode", "KV cache sized per head: bytes, decode and prefill tokens/s vs full windows");
   add_measure_flags(dc, opts);
@@ -99,7 +106,14 @@ void add_bench_commands(CLI::App& app, int& rc) {
                  "Context: the last 128 tokens are decoded one by one after a prefill of the others")
       ->capture_default_str()
       ->check(CLI::Range(256, 1 << 20));
-  dc->callback([&rc] { rc = bench_decode(opts, decode_context); });
+  static std::vector<std::string> decode_precisions = {"fp32"};
+  dc->add_option("--precision", decode_precisions,
+                 "fp32 (always timed: the reference) and bf16: both window sets again at train.precision=bf16, whose "
+                 "decoder keeps a bf16 KV cache (half the bytes), interleaved, e.g. fp32,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  dc->callback([&rc] { rc = bench_decode(opts, decode_context, decode_precisions); });
   static std::string suite_dir;
   auto* mp = bench->add_subcommand(
       "maps", "A suite's final window maps side by side: training step and evaluation batch time per regime vs full");

@@ -40,4 +40,7 @@ bool cpu_supported(std::string* isa = nullptr);
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC);
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C, int OC);
 
+// c (M, N) = a (M, K) b^T, b stored (N, K), both already bf16: oneDNN's product alone, the benches' reference rate.
+void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K);
+
 }  // namespace aah::bf16

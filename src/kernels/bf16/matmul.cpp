@@ -125,4 +125,8 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
   run({OC, C, N, Dims{1, OC}, Dims{C, 1}, true}, dout16.data(), rounded_copy(scratch_b, inp, size_t(N) * C), dw);
 }
 
+void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K) {
+  run({M, N, K, Dims{K, 1}, Dims{1, K}, false}, a, b, c);
+}
+
 }  // namespace aah::bf16
