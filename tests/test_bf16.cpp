@@ -170,10 +170,11 @@ TEST(Bf16, ModelStepAgainstDoubleWithinBf16Roundoff) {
   std::printf("loss %.6f (double %.6f), gradient relative error %.2e (u = %.2e)\n", lf, lr, rel, u);
 }
 
-// Decoding against bf16 rings: every start (wrapping or not) and odd head dims, against the reference on the
+// Decoding against bf16 rings: every start (wrapping or not), the vector path's head dims (32, 64, 128) and others,
+// lengths with and without a partial block of 8 rows, against the reference on the
 // widened values in double. Only the fp32 sums differ: within 1e-5 of the output's scale, as the fp32 kernel.
 TEST(Bf16, DecodeMatchesEmulatedReferenceOnRingBuffers) {
-  for (int D : {2, 6, 16, 32, 128})
+  for (int D : {2, 6, 16, 32, 64, 128})
     for (int cap : {1, 5, 64, 300}) {
       const std::vector<float> kf = random_vector(size_t(cap) * D, 10 + D + cap),
                                vf = random_vector(size_t(cap) * D, 20 + D + cap), qf = random_vector(D, 30 + D + cap);

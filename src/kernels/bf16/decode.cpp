@@ -1,10 +1,13 @@
-// Decoding attention against bf16 rings (kernels/decode.h): scores = K q and out = V^T p as plain loops that widen
-// each stored bf16 value (a 16-bit shift) in the vector registers; decoding at long context is bound by the bytes
-// it reads, which bf16 halves. Single-threaded: the decoder runs heads in parallel.
+// Decoding attention against bf16 rings (kernels/decode.h): scores = K q, softmax, out = V^T p, each stored bf16
+// value widened to fp32 in registers (a 16-bit shift; exact). Decoding at long context is bound by the bytes it
+// reads, which bf16 halves; the AVX2 path keeps the arithmetic under that bound: scores of 8 rows at a time with
+// one transposing reduction, and the weighted sum of V in registers. Head dims 32, 64 and 128 take it, others
+// (and builds without AVX2) the portable loops. Single-threaded: the decoder runs heads in parallel.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/vexp.h"
 #include "kernels/decode.h"
 
@@ -16,25 +19,98 @@ inline float widen(uint16_t b) {
   return std::bit_cast<float>(uint32_t(b) << 16);
 }
 
-// scores[j] = scale * q . k[j] for n rows of the ring from row `first`.
+// Portable: scores[j] = scale * q . k[j] for n rows of the ring from row `first`.
 void ring_scores(float* scores, const float* q, const uint16_t* k, int first, int n, int D, float scale) {
   for (int j = 0; j < n; j++) {
     const uint16_t* row = k + int64_t(first + j) * D;
     float s = 0;
-#pragma omp simd reduction(+ : s)
     for (int d = 0; d < D; d++) s += q[d] * widen(row[d]);
     scores[j] = s * scale;
   }
 }
 
-// out += sum_j p[j] v[j] over n rows of the ring from row `first`.
+// Portable: out += sum_j p[j] v[j] over n rows of the ring from row `first`.
 void ring_weighted_sum(float* out, const float* p, const uint16_t* v, int first, int n, int D) {
   for (int j = 0; j < n; j++) {
     const uint16_t* row = v + int64_t(first + j) * D;
-    const float pj = p[j];
-#pragma omp simd
-    for (int d = 0; d < D; d++) out[d] += pj * widen(row[d]);
+    for (int d = 0; d < D; d++) out[d] += p[j] * widen(row[d]);
   }
+}
+
+#ifdef AAH_AVX2
+// 8 bf16 values -> 8 floats.
+inline __m256 widen8(const uint16_t* p) {
+  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+
+// The lane sums of a[0..7] as one vector (lane r: the sum of a[r]'s lanes).
+inline __m256 lane_sums8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+// NC = D / 8 chunks of a row.
+template <int NC>
+void ring_scores8(float* scores, const float* q, const uint16_t* k, int first, int n, float scale) {
+  constexpr int D = 8 * NC;
+  __m256 qv[NC];
+  for (int c = 0; c < NC; c++) qv[c] = _mm256_loadu_ps(q + 8 * c);
+  const __m256 sv = _mm256_set1_ps(scale);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) {
+      const uint16_t* row = k + int64_t(first + j + r) * D;
+      acc[r] = _mm256_mul_ps(qv[0], widen8(row));
+      for (int c = 1; c < NC; c++) acc[r] = _mm256_fmadd_ps(qv[c], widen8(row + 8 * c), acc[r]);
+    }
+    _mm256_storeu_ps(scores + j, _mm256_mul_ps(lane_sums8(acc), sv));
+  }
+  ring_scores(scores + j, q, k, first + j, n - j, D, scale);
+}
+
+template <int NC>
+void ring_weighted_sum8(float* out, const float* p, const uint16_t* v, int first, int n) {
+  constexpr int D = 8 * NC;
+  __m256 acc0[NC], acc1[NC];  // even and odd rows: two independent chains
+  for (int c = 0; c < NC; c++) acc0[c] = _mm256_setzero_ps(), acc1[c] = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const uint16_t *r0 = v + int64_t(first + j) * D, *r1 = r0 + D;
+    const __m256 p0 = _mm256_set1_ps(p[j]), p1 = _mm256_set1_ps(p[j + 1]);
+    for (int c = 0; c < NC; c++) {
+      acc0[c] = _mm256_fmadd_ps(p0, widen8(r0 + 8 * c), acc0[c]);
+      acc1[c] = _mm256_fmadd_ps(p1, widen8(r1 + 8 * c), acc1[c]);
+    }
+  }
+  if (j < n) {
+    const uint16_t* r0 = v + int64_t(first + j) * D;
+    const __m256 p0 = _mm256_set1_ps(p[j]);
+    for (int c = 0; c < NC; c++) acc0[c] = _mm256_fmadd_ps(p0, widen8(r0 + 8 * c), acc0[c]);
+  }
+  for (int c = 0; c < NC; c++)
+    _mm256_storeu_ps(out + 8 * c, _mm256_add_ps(_mm256_loadu_ps(out + 8 * c), _mm256_add_ps(acc0[c], acc1[c])));
+}
+#endif
+
+void scores_of(float* scores, const float* q, const uint16_t* k, int first, int n, int D, float scale) {
+#ifdef AAH_AVX2
+  if (D == 32) return ring_scores8<4>(scores, q, k, first, n, scale);
+  if (D == 64) return ring_scores8<8>(scores, q, k, first, n, scale);
+  if (D == 128) return ring_scores8<16>(scores, q, k, first, n, scale);
+#endif
+  ring_scores(scores, q, k, first, n, D, scale);
+}
+
+void weighted_sum_of(float* out, const float* p, const uint16_t* v, int first, int n, int D) {
+#ifdef AAH_AVX2
+  if (D == 32) return ring_weighted_sum8<4>(out, p, v, first, n);
+  if (D == 64) return ring_weighted_sum8<8>(out, p, v, first, n);
+  if (D == 128) return ring_weighted_sum8<16>(out, p, v, first, n);
+#endif
+  ring_weighted_sum(out, p, v, first, n, D);
 }
 
 }  // namespace
@@ -43,15 +119,15 @@ void attn_decode_forward(float* out, const float* q, const uint16_t* k, const ui
                          int D, float* scores) {
   const float scale = 1.0f / std::sqrt(float(D));
   const int n1 = std::min(n, cap - start), n2 = n - n1;  // before and after the ring's wrap
-  ring_scores(scores, q, k, start, n1, D, scale);
-  ring_scores(scores + n1, q, k, 0, n2, D, scale);
+  scores_of(scores, q, k, start, n1, D, scale);
+  scores_of(scores + n1, q, k, 0, n2, D, scale);
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) mx = std::max(mx, scores[j]);
   const float inv = 1.0f / cpu::vexp_shifted_sum(scores, scores, mx, n);
   for (int j = 0; j < n; j++) scores[j] *= inv;
-  for (int d = 0; d < D; d++) out[d] = 0;
-  ring_weighted_sum(out, scores, v, start, n1, D);
-  ring_weighted_sum(out, scores + n1, v, 0, n2, D);
+  std::fill(out, out + D, 0.0f);
+  weighted_sum_of(out, scores, v, start, n1, D);
+  weighted_sum_of(out, scores + n1, v, 0, n2, D);
 }
 
 }  // namespace aah::bf16
