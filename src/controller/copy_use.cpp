@@ -40,7 +40,7 @@ void head_copy_use(const Backend<float>& be, double* use, float* per_query, cons
       float* e = scores + size_t(i - i0) * i1;
       const int n = i + 1;  // causal: keys 0 .. i
       if (n <= windows[0]) continue;  // every window holds every key: nothing beyond
-      const double total = be.exp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      const double total = be.exp_shifted_sum(e, e, be.scale_max(e, n, scale), n);
       const int32_t y = x[i + 1], xi = x[i];
       // Copy mass and count beyond each window W_c (keys 0 .. n - W_c - 1): x_j = y, or x_j = x_i with
       // x_{j+1} = y (when x_i = y the second set is inside the first: each position counts once).
@@ -82,7 +82,7 @@ void head_output_change(const Backend<float>& be, double* change, const float* q
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * i1;
       const int n = i + 1;  // causal: keys 0 .. i
-      be.exp_shifted_sum(e, e, coverage_scale_and_max(e, n, scale), n);
+      be.exp_shifted_sum(e, e, be.scale_max(e, n, scale), n);
       // Keys from i inwards; after the W_c nearest (keys i - W_c + 1 .. i), the running sums are window W_c's.
       std::fill(acc, acc + D, 0.0);
       double sum = 0;

@@ -26,24 +26,6 @@ double coverage_range_sum(const float* e, int lo, int hi) {
 }
 
 // e[j] *= scale for j < n; returns the largest. Eight independent lanes, so the compiler vectorizes it.
-float coverage_scale_and_max(float* e, int n, float scale) {
-  float lane[8];
-  for (float& l : lane) l = -INFINITY;
-  int j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; l++) {
-      e[j + l] *= scale;
-      lane[l] = std::max(lane[l], e[j + l]);
-    }
-  for (; j < n; j++) {
-    e[j] *= scale;
-    lane[0] = std::max(lane[0], e[j]);
-  }
-  float mx = lane[0];
-  for (int l = 1; l < 8; l++) mx = std::max(mx, lane[l]);
-  return mx;
-}
-
 namespace {
 
 // mass (K) of one (sequence, head): q (T, D), k (T, D), scores scratch (kQueryBlock, T), per_query scratch (K, T):
@@ -59,7 +41,7 @@ void head_window_mass(const Backend<float>& be, double* mass, const float* q, co
     for (int i = i0; i < i1; i++) {
       float* e = scores + size_t(i - i0) * nk;
       const int n = i + 1;  // causal: keys 0 .. i
-      const float mx = coverage_scale_and_max(e, n, scale);
+      const float mx = be.scale_max(e, n, scale);
       be.exp_shifted_sum(e, e, mx, n);  // e_j = exp(s_j - max)
       // Bands of keys from the nearest outwards: window W_k holds keys n - W_k .. i. The total is the last
       // running sum, so a window holding every key has mass exactly 1.

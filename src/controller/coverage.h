@@ -25,8 +25,6 @@ namespace aah {
 void coverage_window_mass(const Backend<float>& be, double* mass, const float* q, const float* k, int S, int H, int Hkv,
                           int T, int D, const int* windows, int K, double tail = 1.0);
 
-// e[j] *= scale for j < n; returns the largest (vectorized; shared with the copy-use measurement).
-float coverage_scale_and_max(float* e, int n, float scale);
 // sum of e[lo .. hi) in double, in a fixed order (the compiler's simd reduction, the same every call; shared too).
 double coverage_range_sum(const float* e, int lo, int hi);
 

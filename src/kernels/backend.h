@@ -45,6 +45,8 @@ struct Backend {
   // out_i = exp(x_i - shift) over n values (out may be x); returns their sum. The controller's measurements of
   // attention (coverage.h, copy_use.h) build their softmax rows with it and matmul_forward.
   real (*exp_shifted_sum)(real* out, const real* x, real shift, int n);
+  // x_i *= scale in place over n values; returns the largest (the measurements' scaled score rows).
+  real (*scale_max)(real* x, int n, real scale);
   // Causal attention with one window per head (kernels/ops.h, attn_local_forward / attn_local_backward).
   void (*attention_forward)(real* out, real* lse, const real* q, const real* k, const real* v, const int* window, int B,
                             int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters);

@@ -45,6 +45,9 @@ void swiglu_backward(float* dh, const float* dout, const float* h, int N, int F)
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int N, int V, float dscale);
 
+// e[j] *= scale for j < n; returns the largest of them (the controller's softmax rows, controller/coverage.h).
+float scale_max(float* e, int n, float scale);
+
 // Causal attention with one window per head. q (B, H, T, D), k v (B, Hkv, T, D), window (H), W >= 1;
 // out (B, H, T, D), lse (B, H, T) the row log-sum-exp of the scaled scores. Scale 1/sqrt(D).
 // Query head h reads key/value head h / (H / Hkv).

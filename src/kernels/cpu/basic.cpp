@@ -247,4 +247,23 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
   }
 }
 
+// 8 running maxima, one per lane, so that the loop vectorizes; max is exact, so any order gives the same result.
+float scale_max(float* e, int n, float scale) {
+  float lane[8];
+  for (float& l : lane) l = -INFINITY;
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; l++) {
+      e[j + l] *= scale;
+      lane[l] = std::max(lane[l], e[j + l]);
+    }
+  for (; j < n; j++) {
+    e[j] *= scale;
+    lane[0] = std::max(lane[0], e[j]);
+  }
+  float mx = lane[0];
+  for (int l = 1; l < 8; l++) mx = std::max(mx, lane[l]);
+  return mx;
+}
+
 }  // namespace aah::cpu

@@ -1,5 +1,6 @@
 // Reference kernels for everything but attention. Shape legend in kernels/ops.h.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -207,6 +208,14 @@ T exp_shifted_sum(T* out, const T* x, T shift, int n) {
   T sum = 0;
   for (int i = 0; i < n; i++) sum += (out[i] = std::exp(x[i] - shift));
   return sum;
+}
+
+// x_i *= scale for i < n; returns the largest.
+template <class T>
+T scale_max(T* x, int n, T scale) {
+  T mx = -INFINITY;
+  for (int i = 0; i < n; i++) mx = std::max(mx, x[i] *= scale);
+  return mx;
 }
 
 }  // namespace aah::ref
