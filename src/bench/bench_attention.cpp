@@ -54,176 +54,211 @@ bool attn_goal_row(const AttnBenchRow& r) {
   return r.path == "tiled" && r.window_set != "full" && *std::min_element(r.windows.begin(), r.windows.end()) >= 64;
 }
 
-}  // namespace
+constexpr int kAttnB = 1, kAttnH = 8;  // batch and heads of every configuration
 
-int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, const std::vector<int>& head_dims,
-                    bool dense, const std::vector<int>& windows) {
-  const int B = 1, H = 8;
-  const std::vector<int> Ts = contexts.empty() ? std::vector<int>{1024, 4096, 16384} : contexts;
-  const std::vector<int> Ds = head_dims.empty() ? std::vector<int>{32, 64, 128} : head_dims;
-  const SgemmBench sgemm;
-  std::vector<AttnBenchRow> rows;
-  if (!o.json)
-    std::printf("attention bench: B=%d H=%d, %d thread%s\n", B, H, num_threads(), num_threads() == 1 ? "" : "s");
-
-  for (int T : Ts)
-    for (int D : Ds) {
-      if (T > 4096 && D != 64 && head_dims.empty()) continue;
-      std::vector<std::pair<std::string, std::vector<int>>> sets = {
-          {"full", std::vector<int>(H, T)},
-          {"T/8", std::vector<int>(H, T / 8)},
-          {"adaptive", {T / 8, T / 8, T / 8, T / 8, T / 4, T / 4, T / 2, T}}};
-      const int n_builtin = (int)sets.size();  // the dense path runs these only
-      for (int w : windows) {
-        if (w <= T)
-          sets.push_back({"W=" + std::to_string(w), std::vector<int>(H, w)});
-        else if (D == Ds.front())
-          std::fprintf(stderr, "[attention] T=%d: --window %d is over T, not timed there\n", T, w);
-      }
-      const size_t nq = size_t(B) * H * T * D;
-      Rng rng(uint64_t(T) * 131 + D);
-      auto randn = [&](size_t n) {
-        std::vector<float> x(n);
-        for (auto& e : x) e = float(rng.normal());
-        return x;
-      };
-      const auto q = randn(nq), k = randn(nq), v = randn(nq), dout = randn(nq);
-      std::vector<float> dq(nq), dk(nq), dv(nq);
-      // One run per (path, window set), each a forward case and a backward case (cases 2 r and 2 r + 1; the
-      // backward reads the forward's output), then the sgemm: all interleaved round by round (measure.h).
-      struct Run {
-        int path, set;
-        std::vector<float> out, lse;
-        uint64_t macs[2] = {0, 0};  // fwd, bwd multiply-adds executed (AttnCounters, one untimed call each)
-      };
-      std::vector<Run> runs;
-      for (int path = 0; path < 2; path++)
-        for (int si = 0; si < (int)sets.size(); si++) {
-          if (path == 1 && (si >= n_builtin || (T >= 4096 && si > 0 && D != 64))) continue;  // window-independent
-          if (path == 1 && (T > 4096 || !dense)) continue;           // dense scores would not fit
-          runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(B) * H * T)});
-        }
-      std::vector<MeasureCase> cases;
-      MeasureOptions mo = o.measure;
-      for (size_t ri = 0; ri < runs.size(); ri++) {
-        Run* r = &runs[ri];
-        const int* win = sets[r->set].second.data();
-        if (r->path == 0) {  // the work the tiled kernel executes, boundary tiles' waste included
-          AttnCounters cf, cb;
-          const Backend<float>& local = backend_local();
-          local.attention_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                  nullptr, &cf);
-          local.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(), r->lse.data(), q.data(),
-                                   k.data(), v.data(), win, B, H, H, T, D, &cb);
-          r->macs[0] = cf.macs, r->macs[1] = cb.macs;
-        }
-        const std::string name = std::string(r->path == 0 ? "tiled " : "dense ") + sets[r->set].first;
-        const Backend<float>* be = &backend_named(r->path == 0 ? "local" : "dense");
-        cases.push_back({name + " fwd", [&, r, win, be] {
-                           be->attention_forward(r->out.data(), r->lse.data(), q.data(), k.data(), v.data(), win, B, H,
-                                                 H, T, D, nullptr, nullptr);
-                         }});
-        cases.push_back({name + " bwd", [&, r, win, be] {
-                           be->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), r->out.data(),
-                                                  r->lse.data(), q.data(), k.data(), v.data(), win, B, H, H, T, D,
-                                                  nullptr);
-                         }});
-        // the time ratios against full windows are the results: wait for them to settle too
-        for (size_t fi = 0; fi < runs.size(); fi++)
-          if (runs[fi].path == r->path && runs[fi].set == 0 && fi != ri)
-            for (int p = 0; p < 2; p++) mo.ratios.push_back({int(2 * ri) + p, int(2 * fi) + p});
-      }
-      cases.push_back(sgemm.make_case());
-      const int i_sgemm = int(cases.size()) - 1;
-      if (!o.json) std::fprintf(stderr, "[attention] T=%d D=%d: %zu cases\n", T, D, cases.size());
-      const MeasureResult res = measure_interleaved(cases, mo);
-      const double lim = res.spread_limit;
-      const double sgemm_gflops = rate_stats(res.cases[i_sgemm], sgemm.flops(), lim).median / 1e9;
-
-      // Per-round seconds of run ri in pass p (0 fwd, 1 bwd, 2 fwd+bwd).
-      auto secs = [&](size_t ri, int p) {
-        if (p < 2) return res.cases[2 * ri + p].samples;
-        return per_round_sum(res.cases[2 * ri].samples, res.cases[2 * ri + 1].samples);
-      };
-      const uint64_t full_pairs = uint64_t(B) * H * attn_visible_pairs(T, T);
-      const char* passes[3] = {"fwd", "bwd", "fwd+bwd"};
-      const double flops_per_pair_d[3] = {4.0, 8.0, 12.0};
-      for (size_t ri = 0; ri < runs.size(); ri++) {
-        const Run& r = runs[ri];
-        const auto& [name, win] = sets[r.set];
-        uint64_t pairs = 0;
-        for (int w : win) pairs += uint64_t(B) * attn_visible_pairs(T, w);
-        size_t full_ri = ri, dense_ri = ri;
-        bool have_dense = false;
-        for (size_t fi = 0; fi < runs.size(); fi++) {
-          if (runs[fi].path == r.path && runs[fi].set == 0) full_ri = fi;
-          if (r.path == 0 && runs[fi].path == 1 && runs[fi].set == r.set) dense_ri = fi, have_dense = true;
-        }
-        for (int p = 0; p < 3; p++) {
-          const std::vector<double> t = secs(ri, p);
-          const double flops = flops_per_pair_d[p] * double(pairs) * D;
-          AttnBenchRow row;
-          row.T = T, row.D = D, row.window_set = name, row.path = r.path == 0 ? "tiled" : "dense";
-          row.pass = passes[p];
-          row.windows = win;
-          row.pairs = pairs;
-          row.pair_ratio = double(pairs) / full_pairs;
-          row.ms = scaled(sample_stats(t, lim), 1e3);
-          const auto& reps = res.runs_per_sample;
-          row.calls_per_sample = p < 2 ? reps[2 * ri + p] : std::max(reps[2 * ri], reps[2 * ri + 1]);
-          row.time_ratio = ratio_stats(t, secs(full_ri, p), lim);
-          if (r.path == 0) {
-            const auto& f = runs[full_ri].macs;
-            const double mine = p < 2 ? double(r.macs[p]) : double(r.macs[0] + r.macs[1]);
-            const double full = p < 2 ? double(f[p]) : double(f[0] + f[1]);
-            row.macs_over_pair_ratio = mine / full / row.pair_ratio;
-          }
-          row.gflops = flops / (row.ms.median / 1e3) / 1e9;
-          row.sgemm_gflops = sgemm_gflops;
-          // share of the sgemm's rate, per round: (flops / t) / (sgemm flops / t_sgemm)
-          row.pct_sgemm = scaled(ratio_stats(res.cases[i_sgemm].samples, t, lim), 100 * flops / sgemm.flops());
-          if (have_dense) row.speedup_vs_dense = ratio_stats(secs(dense_ri, p), t, lim);
-          rows.push_back(row);
-        }
-      }
-    }
-
-  const bool ss = o.samples;
-  if (o.json) {
-    for (const auto& r : rows) {
-      nlohmann::json j = {{"bench", "attention"}, {"B", B},
-                          {"H", H},
-                          {"T", r.T},
-                          {"D", r.D},
-                          {"window_set", r.window_set},
-                          {"windows", r.windows},
-                          {"path", r.path},
-                          {"pass", r.pass},
-                          {"ms", r.ms.median},
-                          {"pairs", r.pairs},
-                          {"pair_ratio", r.pair_ratio},
-                          {"time_ratio", r.time_ratio.median},
-                          {"time_over_pair_ratio", r.time_ratio.median / r.pair_ratio},
-                          {"macs_over_pair_ratio",
-                           r.macs_over_pair_ratio > 0 ? nlohmann::json(r.macs_over_pair_ratio) : nlohmann::json(nullptr)},
-                          {"gflops", r.gflops},
-                          {"sgemm_gflops", r.sgemm_gflops},
-                          {"pct_sgemm", r.pct_sgemm.median},
-                          {"rounds", r.ms.n},
-                          {"calls_per_sample", r.calls_per_sample},
-                          {"threads", num_threads()}};
-      j["speedup_vs_dense"] = r.speedup_vs_dense.n > 0 ? nlohmann::json(r.speedup_vs_dense.median) : nlohmann::json(nullptr);
-      j["stats"] = {{"ms", stats_json(r.ms, ss)},
-                    {"time_ratio", stats_json(r.time_ratio, ss)},
-                    {"time_over_pair_ratio", stats_json(scaled(r.time_ratio, 1 / r.pair_ratio), ss)},
-                    {"pct_sgemm", stats_json(r.pct_sgemm, ss)}};
-      if (r.speedup_vs_dense.n > 0) j["stats"]["speedup_vs_dense"] = stats_json(r.speedup_vs_dense, ss);
-      j["flagged"] = r.flagged();
-      std::printf("%s\n", j.dump().c_str());
-    }
-    return 0;
+// The window sets timed at (T, D), (name, per-head windows): full, T/8 and adaptive (the built-in ones), then one
+// per --window at or under T (one over T is said once, at the first D).
+using WindowSets = std::vector<std::pair<std::string, std::vector<int>>>;
+WindowSets attention_window_sets(int T, int D, int first_D, const std::vector<int>& windows) {
+  const int H = kAttnH;
+  WindowSets sets = {{"full", std::vector<int>(H, T)},
+                     {"T/8", std::vector<int>(H, T / 8)},
+                     {"adaptive", {T / 8, T / 8, T / 8, T / 8, T / 4, T / 4, T / 2, T}}};
+  for (int w : windows) {
+    if (w <= T)
+      sets.push_back({"W=" + std::to_string(w), std::vector<int>(H, w)});
+    else if (D == first_D)
+      std::fprintf(stderr, "[attention] T=%d: --window %d is over T, not timed there\n", T, w);
   }
+  return sets;
+}
+constexpr int kBuiltinWindowSets = 3;  // full, T/8, adaptive: the dense path runs these only
 
+// The inputs (random, seeded by T and D) and gradient buffers of the (T, D) configurations, (B, H, T, D) each.
+struct AttnInputs {
+  std::vector<float> q, k, v, dout, dq, dk, dv;
+  AttnInputs(int T, int D) {
+    const size_t nq = size_t(kAttnB) * kAttnH * T * D;
+    Rng rng(uint64_t(T) * 131 + D);
+    auto randn = [&](size_t n) {
+      std::vector<float> x(n);
+      for (auto& e : x) e = float(rng.normal());
+      return x;
+    };
+    q = randn(nq), k = randn(nq), v = randn(nq), dout = randn(nq);
+    dq.resize(nq), dk.resize(nq), dv.resize(nq);
+  }
+};
+
+// One timed (path, window set): path 0 tiled, 1 dense; its forward output and log-sum-exp, which the backward reads.
+struct AttnRun {
+  int path, set;
+  std::vector<float> out, lse;
+  uint64_t macs[2] = {0, 0};  // fwd, bwd multiply-adds executed (AttnCounters, one untimed call each)
+};
+
+// The runs at (T, D): the tiled path for every set; the dense path for the built-in sets where its scores fit, at
+// T = 4096 for D = 64 only beyond full (its cost does not depend on the windows), and only with `dense`.
+std::vector<AttnRun> attention_runs(int T, int D, int n_sets, bool dense) {
+  const size_t nq = size_t(kAttnB) * kAttnH * T * D;
+  std::vector<AttnRun> runs;
+  for (int path = 0; path < 2; path++)
+    for (int si = 0; si < n_sets; si++) {
+      if (path == 1 && (si >= kBuiltinWindowSets || (T >= 4096 && si > 0 && D != 64))) continue;  // window-independent
+      if (path == 1 && (T > 4096 || !dense)) continue;  // dense scores would not fit
+      runs.push_back({path, si, std::vector<float>(nq), std::vector<float>(size_t(kAttnB) * kAttnH * T)});
+    }
+  return runs;
+}
+
+// One forward case and one backward case per run (cases 2 r and 2 r + 1; the backward reads the forward's
+// output), all interleaved round by round (measure.h); the time ratios against full windows are the results, so
+// `mo` waits for them to settle too. Counts the multiply-adds the tiled kernel executes (boundary tiles' waste
+// included) with one untimed call each.
+std::vector<MeasureCase> attention_cases(std::vector<AttnRun>& runs, const WindowSets& sets, AttnInputs& in, int T,
+                                         int D, MeasureOptions& mo) {
+  const int B = kAttnB, H = kAttnH;
+  std::vector<MeasureCase> cases;
+  for (size_t ri = 0; ri < runs.size(); ri++) {
+    AttnRun* r = &runs[ri];
+    const int* win = sets[r->set].second.data();
+    if (r->path == 0) {  // the work the tiled kernel executes, boundary tiles' waste included
+      AttnCounters cf, cb;
+      const Backend<float>& local = backend_local();
+      local.attention_forward(r->out.data(), r->lse.data(), in.q.data(), in.k.data(), in.v.data(), win, B, H, H, T, D,
+                              nullptr, &cf);
+      local.attention_backward(in.dq.data(), in.dk.data(), in.dv.data(), in.dout.data(), r->out.data(), r->lse.data(),
+                               in.q.data(), in.k.data(), in.v.data(), win, B, H, H, T, D, &cb);
+      r->macs[0] = cf.macs, r->macs[1] = cb.macs;
+    }
+    const std::string name = std::string(r->path == 0 ? "tiled " : "dense ") + sets[r->set].first;
+    const Backend<float>* be = &backend_named(r->path == 0 ? "local" : "dense");
+    AttnInputs* x = &in;
+    cases.push_back({name + " fwd", [x, r, win, be, T, D] {
+                       be->attention_forward(r->out.data(), r->lse.data(), x->q.data(), x->k.data(), x->v.data(), win,
+                                             B, H, H, T, D, nullptr, nullptr);
+                     }});
+    cases.push_back({name + " bwd", [x, r, win, be, T, D] {
+                       be->attention_backward(x->dq.data(), x->dk.data(), x->dv.data(), x->dout.data(), r->out.data(),
+                                              r->lse.data(), x->q.data(), x->k.data(), x->v.data(), win, B, H, H, T, D,
+                                              nullptr);
+                     }});
+    for (size_t fi = 0; fi < runs.size(); fi++)
+      if (runs[fi].path == r->path && runs[fi].set == 0 && fi != ri)
+        for (int p = 0; p < 2; p++) mo.ratios.push_back({int(2 * ri) + p, int(2 * fi) + p});
+  }
+  return cases;
+}
+
+// The rows of the runs at (T, D) from their measurement (case i_sgemm: the sgemm), three passes a run: fwd, bwd
+// and fwd+bwd (per round, the sum).
+void attention_rows(std::vector<AttnBenchRow>& rows, const std::vector<AttnRun>& runs, const WindowSets& sets,
+                    const MeasureResult& res, int i_sgemm, const SgemmBench& sgemm, int T, int D) {
+  const int B = kAttnB, H = kAttnH;
+  const double lim = res.spread_limit;
+  const double sgemm_gflops = rate_stats(res.cases[i_sgemm], sgemm.flops(), lim).median / 1e9;
+  // Per-round seconds of run ri in pass p (0 fwd, 1 bwd, 2 fwd+bwd).
+  auto secs = [&](size_t ri, int p) {
+    if (p < 2) return res.cases[2 * ri + p].samples;
+    return per_round_sum(res.cases[2 * ri].samples, res.cases[2 * ri + 1].samples);
+  };
+  const uint64_t full_pairs = uint64_t(B) * H * attn_visible_pairs(T, T);
+  const char* passes[3] = {"fwd", "bwd", "fwd+bwd"};
+  const double flops_per_pair_d[3] = {4.0, 8.0, 12.0};
+  for (size_t ri = 0; ri < runs.size(); ri++) {
+    const AttnRun& r = runs[ri];
+    const auto& [name, win] = sets[r.set];
+    uint64_t pairs = 0;
+    for (int w : win) pairs += uint64_t(B) * attn_visible_pairs(T, w);
+    size_t full_ri = ri, dense_ri = ri;
+    bool have_dense = false;
+    for (size_t fi = 0; fi < runs.size(); fi++) {
+      if (runs[fi].path == r.path && runs[fi].set == 0) full_ri = fi;
+      if (r.path == 0 && runs[fi].path == 1 && runs[fi].set == r.set) dense_ri = fi, have_dense = true;
+    }
+    for (int p = 0; p < 3; p++) {
+      const std::vector<double> t = secs(ri, p);
+      const double flops = flops_per_pair_d[p] * double(pairs) * D;
+      AttnBenchRow row;
+      row.T = T, row.D = D, row.window_set = name, row.path = r.path == 0 ? "tiled" : "dense";
+      row.pass = passes[p];
+      row.windows = win;
+      row.pairs = pairs;
+      row.pair_ratio = double(pairs) / full_pairs;
+      row.ms = scaled(sample_stats(t, lim), 1e3);
+      const auto& reps = res.runs_per_sample;
+      row.calls_per_sample = p < 2 ? reps[2 * ri + p] : std::max(reps[2 * ri], reps[2 * ri + 1]);
+      row.time_ratio = ratio_stats(t, secs(full_ri, p), lim);
+      if (r.path == 0) {
+        const auto& f = runs[full_ri].macs;
+        const double mine = p < 2 ? double(r.macs[p]) : double(r.macs[0] + r.macs[1]);
+        const double full = p < 2 ? double(f[p]) : double(f[0] + f[1]);
+        row.macs_over_pair_ratio = mine / full / row.pair_ratio;
+      }
+      row.gflops = flops / (row.ms.median / 1e3) / 1e9;
+      row.sgemm_gflops = sgemm_gflops;
+      // share of the sgemm's rate, per round: (flops / t) / (sgemm flops / t_sgemm)
+      row.pct_sgemm = scaled(ratio_stats(res.cases[i_sgemm].samples, t, lim), 100 * flops / sgemm.flops());
+      if (have_dense) row.speedup_vs_dense = ratio_stats(secs(dense_ri, p), t, lim);
+      rows.push_back(row);
+    }
+  }
+}
+
+// Times every (path, window set) at (T, D), with the sgemm, and appends their rows.
+void attention_measure(std::vector<AttnBenchRow>& rows, const BenchOptions& o, const SgemmBench& sgemm, int T, int D,
+                       int first_D, bool dense, const std::vector<int>& windows) {
+  const WindowSets sets = attention_window_sets(T, D, first_D, windows);
+  AttnInputs in(T, D);
+  std::vector<AttnRun> runs = attention_runs(T, D, int(sets.size()), dense);
+  MeasureOptions mo = o.measure;
+  std::vector<MeasureCase> cases = attention_cases(runs, sets, in, T, D, mo);
+  cases.push_back(sgemm.make_case());
+  const int i_sgemm = int(cases.size()) - 1;
+  if (!o.json) std::fprintf(stderr, "[attention] T=%d D=%d: %zu cases\n", T, D, cases.size());
+  const MeasureResult res = measure_interleaved(cases, mo);
+  attention_rows(rows, runs, sets, res, i_sgemm, sgemm, T, D);
+}
+
+// One JSON object a row.
+void attention_print_json(const std::vector<AttnBenchRow>& rows, bool ss) {
+  for (const auto& r : rows) {
+    nlohmann::json j = {{"bench", "attention"},
+                        {"B", kAttnB},
+                        {"H", kAttnH},
+                        {"T", r.T},
+                        {"D", r.D},
+                        {"window_set", r.window_set},
+                        {"windows", r.windows},
+                        {"path", r.path},
+                        {"pass", r.pass},
+                        {"ms", r.ms.median},
+                        {"pairs", r.pairs},
+                        {"pair_ratio", r.pair_ratio},
+                        {"time_ratio", r.time_ratio.median},
+                        {"time_over_pair_ratio", r.time_ratio.median / r.pair_ratio},
+                        {"macs_over_pair_ratio",
+                         r.macs_over_pair_ratio > 0 ? nlohmann::json(r.macs_over_pair_ratio) : nlohmann::json(nullptr)},
+                        {"gflops", r.gflops},
+                        {"sgemm_gflops", r.sgemm_gflops},
+                        {"pct_sgemm", r.pct_sgemm.median},
+                        {"rounds", r.ms.n},
+                        {"calls_per_sample", r.calls_per_sample},
+                        {"threads", num_threads()}};
+    j["speedup_vs_dense"] =
+        r.speedup_vs_dense.n > 0 ? nlohmann::json(r.speedup_vs_dense.median) : nlohmann::json(nullptr);
+    j["stats"] = {{"ms", stats_json(r.ms, ss)},
+                  {"time_ratio", stats_json(r.time_ratio, ss)},
+                  {"time_over_pair_ratio", stats_json(scaled(r.time_ratio, 1 / r.pair_ratio), ss)},
+                  {"pct_sgemm", stats_json(r.pct_sgemm, ss)}};
+    if (r.speedup_vs_dense.n > 0) j["stats"]["speedup_vs_dense"] = stats_json(r.speedup_vs_dense, ss);
+    j["flagged"] = r.flagged();
+    std::printf("%s\n", j.dump().c_str());
+  }
+}
+
+// The table, a line a row, then per (T, D) its rounds, calls per sample and sgemm rate; true when a row is flagged.
+bool attention_print_table(const std::vector<AttnBenchRow>& rows, const BenchOptions& o) {
   std::printf("%5s %4s %-9s %-6s %-8s %10s %6s %7s %7s %6s %6s %8s %7s %8s\n", "T", "D", "windows", "path", "pass",
               "ms", "spread", "pairs", "time", "t/p", "mac/p", "GFLOP/s", "%sgemm", "vs dense");
   bool any_flag = false;
@@ -251,8 +286,15 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
       std::printf("  %d/%d: %d, %d-%d, %.1f", rows[i].T, rows[i].D, rows[i].ms.n, lo, hi, rows[i].sgemm_gflops);
     }
   std::printf("\n");
-  // Goals at T = 4096 (tiled path): time ratio <= 1.10 x pair ratio; full fwd+bwd >= 70% of sgemm; >= 4x dense.
+  return any_flag;
+}
+
+// Goals at T = 4096 (tiled path): time ratio <= 1.10 x pair ratio; full fwd+bwd >= 70% of sgemm; >= 4x dense.
+// True when a share of the sgemm is flagged.
+bool attention_print_goals_4096(const std::vector<AttnBenchRow>& rows, const std::vector<int>& Ts,
+                                const std::vector<int>& Ds) {
   std::printf("\nT=4096 goals (tiled): time_ratio/pair_ratio <= 1.10, full fwd+bwd >= 70%% sgemm, >= 4x dense\n");
+  bool any_flag = false;
   for (int D : Ds) {
     if (std::find(Ts.begin(), Ts.end(), 4096) == Ts.end()) break;
     double worst = 0, pct = 0, speed = 0;
@@ -271,8 +313,12 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                 worst_flag ? "!" : "", pct, pct_flag ? "!" : "", vs_dense);
     any_flag = any_flag || pct_flag;
   }
-  // Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10),
-  // with its mac/p: the t/p the executed multiply-adds alone predict, a floor no speed per multiply-add goes under.
+  return any_flag;
+}
+
+// Boundary tiles: the worst time/pair ratio of any window set whose windows are all >= 64, per T (goal <= 1.10),
+// with its mac/p: the t/p the executed multiply-adds alone predict, a floor no speed per multiply-add goes under.
+void attention_print_boundary_goal(const std::vector<AttnBenchRow>& rows, const std::vector<int>& Ts) {
   std::vector<std::string> counted;  // the window sets that count, in the order timed
   for (const auto& r : rows)
     if (attn_goal_row(r) && std::find(counted.begin(), counted.end(), r.window_set) == counted.end())
@@ -293,6 +339,32 @@ int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, con
                   flag_mark(worst->time_ratio), worst->D, worst->window_set.c_str(), worst->pass.c_str(),
                   worst->macs_over_pair_ratio);
   }
+}
+
+}  // namespace
+
+int bench_attention(const BenchOptions& o, const std::vector<int>& contexts, const std::vector<int>& head_dims,
+                    bool dense, const std::vector<int>& windows) {
+  const std::vector<int> Ts = contexts.empty() ? std::vector<int>{1024, 4096, 16384} : contexts;
+  const std::vector<int> Ds = head_dims.empty() ? std::vector<int>{32, 64, 128} : head_dims;
+  const SgemmBench sgemm;
+  std::vector<AttnBenchRow> rows;
+  if (!o.json)
+    std::printf("attention bench: B=%d H=%d, %d thread%s\n", kAttnB, kAttnH, num_threads(),
+                num_threads() == 1 ? "" : "s");
+  for (int T : Ts)
+    for (int D : Ds) {
+      if (T > 4096 && D != 64 && head_dims.empty()) continue;
+      attention_measure(rows, o, sgemm, T, D, Ds.front(), dense, windows);
+    }
+
+  if (o.json) {
+    attention_print_json(rows, o.samples);
+    return 0;
+  }
+  bool any_flag = attention_print_table(rows, o);
+  any_flag = attention_print_goals_4096(rows, Ts, Ds) || any_flag;
+  attention_print_boundary_goal(rows, Ts);
   if (windows.empty())
     std::printf("Smaller windows (the goal covers every W >= 64): --window 64,128,256 adds sets with every head "
                 "at W.\n");

@@ -95,6 +95,205 @@ SynthOptions retrieval_synth() {
 }
 constexpr int kRetrievalBaseSteps = 12000;
 
+// The presets, one function each: everything but the name.
+
+// CI's end-to-end check: seconds per run, every code path of the suite and the report.
+void smoke_preset(SuitePreset& p) {
+  p.summary =
+      "tiny model on synth data, a 40-step full-attention base, the five main regimes fine-tuned from it, "
+      "1 seed (under 2 minutes)";
+  p.data = "synth", p.data_vocab = 512, p.synth.tokens = 200'000;
+  p.sets = {"vocab_size=512",
+            "hidden_size=64",
+            "intermediate_size=128",
+            "num_hidden_layers=2",
+            "num_attention_heads=8",
+            "num_key_value_heads=4",
+            "head_dim=8",
+            "train.context=128",
+            "train.batch_size=4",
+            "train.steps=100",
+            "train.lr=3e-3",
+            "train.min_lr=3e-4",
+            "train.warmup_steps=10",
+            "train.log_interval=5",
+            "train.eval_interval=20",
+            "train.eval_windows=16",
+            "aah.control_interval=2"};
+  p.base = true, p.base_sets = {"train.steps=40"};  // the pretrained-start path too (the retrieval preset's)
+  p.regimes = kMain;
+  p.seeds = {0};
+  p.timing_budget_s = 2;
+}
+
+// The main job's setting (main_sets), the main and baselines presets': Brown, 200 steps, 3 seeds.
+void main_setting(SuitePreset& p) {
+  p.data = "brown", p.data_vocab = 1024;
+  p.sets = main_sets(kMainSteps);
+  p.seeds = {0, 1, 2};
+}
+
+void main_preset(SuitePreset& p) {
+  p.summary =
+      "Brown corpus, 1.0M-parameter model, context 2048, the five main regimes + a fixed window, the "
+      "coverage policy and the copy-use policy at full_adaptive's pair ratio, 3 seeds, 200 steps (~30 minutes)";
+  main_setting(p);
+  p.regimes = kMain;
+  p.regimes.insert(p.regimes.end(), {"fixed_matched", "coverage_matched", "copy_matched"});
+}
+
+// The other matched-cost baselines of the main job's question, on its setting.
+void baselines_preset(SuitePreset& p) {
+  p.summary =
+      "the main job's setting: full, full_adaptive, fixed_matched, coverage (threshold 0.95, no budget), "
+      "copy_matched, random_window, deterministic_window, 3 seeds (~12 minutes on 2 AVX-512 cores)";
+  main_setting(p);
+  p.regimes = {"full",         "full_adaptive", "fixed_matched",       "coverage",
+               "copy_matched", "random_window", "deterministic_window"};
+}
+
+// Time to loss at long context: full attention, the paper's full_adaptive and the need-aware policy at
+// full_adaptive's final pair ratio (coverage_matched: plain `coverage` at threshold 0.95 kept full windows in the
+// main job, i.e. full's cost plus its measurement; give --regimes full,full_adaptive,coverage to run it).
+void long_preset(SuitePreset& p) {
+  p.summary =
+      "Python stdlib (long documents), 1.0M-parameter model, context 8192: full, full_adaptive and the "
+      "coverage policy at full_adaptive's pair ratio, 1 seed, 300 steps (~20-45 minutes on 2 cores: a full-window "
+      "step took 2.2 s on an AMD EPYC, 1.5 s on an Intel Xeon with AVX-512; --seeds 0,1,2 for intervals, ~1 h)";
+  p.data = "code", p.data_vocab = 1024;
+  p.sets = long_sets(kLongSteps);
+  p.regimes = {"full", "full_adaptive", "coverage_matched"};
+  p.seeds = {0};
+}
+
+// Ground truth for long-range heads (issue 15): synth key/value recall, where some heads must reach back. The
+// copy (an induction circuit) forms only after ~4,000-7,000 steps of this model, too late for 24 runs from
+// scratch in the budget, so each seed first trains a full-attention base until it retrieves, and every regime
+// fine-tunes from it (the DuoAttention setting): do the windows the regimes choose keep the heads that matter?
+// The base keeps its peak learning rate after warmup: with a cosine decay over 8,000 steps one seed of three
+// formed the copy only partly (33% at distance 128+). When the copy forms varies from run to run (between
+// steps ~4,000 and ~7,500 in the runs measured, on 1 or 2 threads), so the base runs 12,000 steps.
+void retrieval_preset(SuitePreset& p) {
+  p.summary =
+      "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
+      "attention base of 12,000 steps, then the five main regimes + coverage and copy use (per head and counted once) "
+      "at pair budget 0.5 with its controls (copy use shuffled across heads, the oracle of per-head cuts), a fixed "
+      "window and random windows fine-tune 1,000 steps from it, 3 seeds (~50 minutes; a base that does not retrieve "
+      "trains on or starts again: up to ~20 more minutes each)";
+  p.data = "synth", p.data_vocab = 128;
+  p.synth = retrieval_synth();
+  p.sets = {"vocab_size=128",
+            "hidden_size=64",
+            "intermediate_size=192",
+            "num_hidden_layers=2",
+            "num_attention_heads=4",
+            "num_key_value_heads=4",
+            "head_dim=16",
+            "train.context=256",
+            "train.batch_size=8",
+            "train.steps=1000",
+            "train.lr=1e-3",
+            "train.min_lr=1e-4",
+            "train.warmup_steps=100",
+            "train.log_interval=50",
+            "train.eval_interval=250",
+            "train.eval_windows=256"};
+  p.base = true;
+  p.base_sets = {"train.steps=" + std::to_string(kRetrievalBaseSteps),
+                 "train.lr=3e-3",
+                 "train.min_lr=3e-3",
+                 "train.warmup_steps=" + std::to_string(kRetrievalBaseSteps / 10),
+                 "train.log_interval=100",
+                 "train.eval_interval=" + std::to_string(kRetrievalBaseSteps / 4)};
+  // A base whose copy has not formed by then (5 seeds of 20) trains on 6,000 steps (rescued 1 of 5); one that still
+  // does not retrieve starts again from a new initialization, at most twice: training on from 18,000 to 36,000
+  // rescued 1 of 4, a fresh start retrieves by 18,000 on 16 of 20 seeds (docs/retrieval.md).
+  p.base_extend_steps = kRetrievalBaseSteps / 2, p.base_max_steps = 3 * kRetrievalBaseSteps / 2;
+  p.base_restarts = 2;
+  p.regimes = kMain;
+  p.regimes.insert(p.regimes.end(),
+                   {"coverage_budget_500", "copy_budget_500", "copy_budget_500+copy_shuffled", "copy_once_budget_500",
+                    "copy_once_budget_500+copy_shuffled", "oracle_budget_500", "fixed_matched", "random_window"});
+  p.seeds = {0, 1, 2};
+  p.timing_budget_s = 30;
+}
+
+void cpu_small_preset(SuitePreset& p) {
+  p.summary = "Brown corpus, 4.3M-parameter model, context 256, the five main regimes, 300 steps (~15 minutes)";
+  p.data = "brown", p.data_vocab = 4096;
+  p.sets = cpu_small_sets(kCpuSmallSteps);
+  p.regimes = kMain;
+  p.seeds = {0};
+}
+
+// The setting of the screening and diagnostics presets: cpu-small's at 30% of its steps, one seed.
+void cpu_small_short(SuitePreset& p) {
+  p.data = "brown", p.data_vocab = 4096;
+  p.sets = cpu_small_sets(kCpuSmallSteps * 3 / 10);
+  p.seeds = {0};
+}
+
+// The paper's Phase-1 screening set (its Table 5) at 30% of cpu-small's steps.
+void screening_preset(SuitePreset& p) {
+  p.summary = "the paper's Phase-1 screening ablations (Table 5) at 30% of cpu-small's steps";
+  cpu_small_short(p);
+  p.sets.push_back("aah.fixed_window=64");  // fixed window T/4
+  p.regimes = {"full",
+               "shallow_freeze",
+               "shallow_freeze+control_interval_10",
+               "fixed_window",
+               "fixed_random_grouping",
+               "full_adaptive+shuffle_post_select",
+               "shallow_freeze+shuffle_post_select"};
+}
+
+// The appendix's mechanism checks: each variant changes one thing of full_adaptive.
+void diagnostics_preset(SuitePreset& p) {
+  p.summary = "the appendix's mechanism checks, each one change to full_adaptive";
+  cpu_small_short(p);
+  p.regimes = {"full",
+               "full_adaptive",
+               "control_off",
+               "fixed_random_grouping",
+               "freeze_after_warmup",
+               "independent_scoring",
+               "no_parent_constraint",
+               "no_feature_ema",
+               "deterministic_window",
+               "random_window"};
+}
+
+// The paper's protocol as written (for bigger machines): context 4096, windows 512..4096, 10,000 steps of
+// batch 1, control every 5 steps, feature EMA 0.9, resolution EMA 0.15, checkpoints at 1k/5k/10k,
+// evaluation every 1,000 steps, seed 0. The model is bench-c's shape widened to 8 layers of 8 x 64.
+void paper_4096_preset(SuitePreset& p) {
+  p.summary = "the paper's protocol: context 4096, windows 512-4096, 10,000 steps, batch 1 (bigger machines)";
+  p.data = "brown", p.data_vocab = 8192;
+  p.sets = {"vocab_size=8192",
+            "hidden_size=512",
+            "intermediate_size=1408",
+            "num_hidden_layers=8",
+            "num_attention_heads=8",
+            "num_key_value_heads=8",
+            "head_dim=64",
+            "train.context=4096",
+            "train.batch_size=1",
+            "train.steps=10000",
+            "train.lr=1e-3",
+            "train.min_lr=1e-4",
+            "train.warmup_steps=500",
+            "train.log_interval=10",
+            "train.eval_interval=1000",
+            "train.eval_windows=15",
+            "train.checkpoint_steps=[1000,5000,10000]",
+            "aah.windows=[512,1024,2048,4096]",
+            "aah.control_interval=5",
+            "aah.feature_ema=0.9",
+            "aah.resolution_ema=0.15"};
+  p.regimes = kMain;
+  p.seeds = {0};
+}
+
 }  // namespace
 
 const std::vector<std::string>& suite_preset_names() {
@@ -107,134 +306,23 @@ SuitePreset suite_preset(const std::string& name) {
   SuitePreset p;
   p.name = name;
   if (name == "smoke") {
-    // CI's end-to-end check: seconds per run, every code path of the suite and the report.
-    p.summary = "tiny model on synth data, a 40-step full-attention base, the five main regimes fine-tuned from it, "
-                "1 seed (under 2 minutes)";
-    p.data = "synth", p.data_vocab = 512, p.synth.tokens = 200'000;
-    p.sets = {"vocab_size=512",         "hidden_size=64",        "intermediate_size=128", "num_hidden_layers=2",
-              "num_attention_heads=8",  "num_key_value_heads=4", "head_dim=8",            "train.context=128",
-              "train.batch_size=4",     "train.steps=100",       "train.lr=3e-3",         "train.min_lr=3e-4",
-              "train.warmup_steps=10",  "train.log_interval=5",  "train.eval_interval=20", "train.eval_windows=16",
-              "aah.control_interval=2"};
-    p.base = true, p.base_sets = {"train.steps=40"};  // the pretrained-start path too (the retrieval preset's)
-    p.regimes = kMain;
-    p.seeds = {0};
-    p.timing_budget_s = 2;
+    smoke_preset(p);
   } else if (name == "main") {
-    p.summary = "Brown corpus, 1.0M-parameter model, context 2048, the five main regimes + a fixed window, the "
-                "coverage policy and the copy-use policy at full_adaptive's pair ratio, 3 seeds, 200 steps (~30 minutes)";
-    p.data = "brown", p.data_vocab = 1024;
-    p.sets = main_sets(kMainSteps);
-    p.regimes = kMain;
-    p.regimes.insert(p.regimes.end(), {"fixed_matched", "coverage_matched", "copy_matched"});
-    p.seeds = {0, 1, 2};
+    main_preset(p);
   } else if (name == "baselines") {
-    // The other matched-cost baselines of the main job's question, on its setting.
-    p.summary = "the main job's setting: full, full_adaptive, fixed_matched, coverage (threshold 0.95, no budget), "
-                "copy_matched, random_window, deterministic_window, 3 seeds (~12 minutes on 2 AVX-512 cores)";
-    p.data = "brown", p.data_vocab = 1024;
-    p.sets = main_sets(kMainSteps);
-    p.regimes = {"full",         "full_adaptive", "fixed_matched", "coverage", "copy_matched", "random_window",
-                 "deterministic_window"};
-    p.seeds = {0, 1, 2};
+    baselines_preset(p);
   } else if (name == "long") {
-    // Time to loss at long context: full attention, the paper's full_adaptive and the need-aware policy at
-    // full_adaptive's final pair ratio (coverage_matched: plain `coverage` at threshold 0.95 kept full windows in the
-    // main job, i.e. full's cost plus its measurement; give --regimes full,full_adaptive,coverage to run it).
-    p.summary =
-        "Python stdlib (long documents), 1.0M-parameter model, context 8192: full, full_adaptive and the "
-        "coverage policy at full_adaptive's pair ratio, 1 seed, 300 steps (~20-45 minutes on 2 cores: a full-window "
-        "step took 2.2 s on an AMD EPYC, 1.5 s on an Intel Xeon with AVX-512; --seeds 0,1,2 for intervals, ~1 h)";
-    p.data = "code", p.data_vocab = 1024;
-    p.sets = long_sets(kLongSteps);
-    p.regimes = {"full", "full_adaptive", "coverage_matched"};
-    p.seeds = {0};
+    long_preset(p);
   } else if (name == "retrieval") {
-    // Ground truth for long-range heads (issue 15): synth key/value recall, where some heads must reach back. The
-    // copy (an induction circuit) forms only after ~4,000-7,000 steps of this model, too late for 24 runs from
-    // scratch in the budget, so each seed first trains a full-attention base until it retrieves, and every regime
-    // fine-tunes from it (the DuoAttention setting): do the windows the regimes choose keep the heads that matter?
-    // The base keeps its peak learning rate after warmup: with a cosine decay over 8,000 steps one seed of three
-    // formed the copy only partly (33% at distance 128+). When the copy forms varies from run to run (between
-    // steps ~4,000 and ~7,500 in the runs measured, on 1 or 2 threads), so the base runs 12,000 steps.
-    p.summary = "synth key/value recall at context 256 (distances 4-200), 0.1M-parameter model: per seed a full-"
-                "attention base of 12,000 steps, then the five main regimes + coverage and copy use (per head and counted once) at pair budget 0.5 "
-                "with its controls (copy use shuffled across heads, the oracle of per-head cuts), a fixed window and "
-                "random windows fine-tune 1,000 steps from it, 3 seeds (~50 minutes; a base that does not retrieve "
-                "trains on or starts again: up to ~20 more minutes each)";
-    p.data = "synth", p.data_vocab = 128;
-    p.synth = retrieval_synth();
-    p.sets = {"vocab_size=128",       "hidden_size=64",          "intermediate_size=192", "num_hidden_layers=2",
-              "num_attention_heads=4", "num_key_value_heads=4",  "head_dim=16",           "train.context=256",
-              "train.batch_size=8",   "train.steps=1000",        "train.lr=1e-3",         "train.min_lr=1e-4",
-              "train.warmup_steps=100", "train.log_interval=50", "train.eval_interval=250", "train.eval_windows=256"};
-    p.base = true;
-    p.base_sets = {"train.steps=" + std::to_string(kRetrievalBaseSteps), "train.lr=3e-3", "train.min_lr=3e-3",
-                   "train.warmup_steps=" + std::to_string(kRetrievalBaseSteps / 10), "train.log_interval=100",
-                   "train.eval_interval=" + std::to_string(kRetrievalBaseSteps / 4)};
-    // A base whose copy has not formed by then (5 seeds of 20) trains on 6,000 steps (rescued 1 of 5); one that still
-    // does not retrieve starts again from a new initialization, at most twice: training on from 18,000 to 36,000
-    // rescued 1 of 4, a fresh start retrieves by 18,000 on 16 of 20 seeds (docs/retrieval.md).
-    p.base_extend_steps = kRetrievalBaseSteps / 2, p.base_max_steps = 3 * kRetrievalBaseSteps / 2;
-    p.base_restarts = 2;
-    p.regimes = kMain;
-    p.regimes.insert(p.regimes.end(), {"coverage_budget_500", "copy_budget_500", "copy_budget_500+copy_shuffled",
-                                       "copy_once_budget_500", "copy_once_budget_500+copy_shuffled",
-                                       "oracle_budget_500", "fixed_matched", "random_window"});
-    p.seeds = {0, 1, 2};
-    p.timing_budget_s = 30;
+    retrieval_preset(p);
   } else if (name == "cpu-small") {
-    p.summary = "Brown corpus, 4.3M-parameter model, context 256, the five main regimes, 300 steps (~15 minutes)";
-    p.data = "brown", p.data_vocab = 4096;
-    p.sets = cpu_small_sets(kCpuSmallSteps);
-    p.regimes = kMain;
-    p.seeds = {0};
+    cpu_small_preset(p);
   } else if (name == "screening") {
-    // The paper's Phase-1 screening set (its Table 5) at 30% of cpu-small's steps.
-    p.summary = "the paper's Phase-1 screening ablations (Table 5) at 30% of cpu-small's steps";
-    p.data = "brown", p.data_vocab = 4096;
-    p.sets = cpu_small_sets(kCpuSmallSteps * 3 / 10);
-    p.sets.push_back("aah.fixed_window=64");  // fixed window T/4
-    p.regimes = {"full",
-                 "shallow_freeze",
-                 "shallow_freeze+control_interval_10",
-                 "fixed_window",
-                 "fixed_random_grouping",
-                 "full_adaptive+shuffle_post_select",
-                 "shallow_freeze+shuffle_post_select"};
-    p.seeds = {0};
+    screening_preset(p);
   } else if (name == "diagnostics") {
-    // The appendix's mechanism checks: each variant changes one thing of full_adaptive.
-    p.summary = "the appendix's mechanism checks, each one change to full_adaptive";
-    p.data = "brown", p.data_vocab = 4096;
-    p.sets = cpu_small_sets(kCpuSmallSteps * 3 / 10);
-    p.regimes = {"full",
-                 "full_adaptive",
-                 "control_off",
-                 "fixed_random_grouping",
-                 "freeze_after_warmup",
-                 "independent_scoring",
-                 "no_parent_constraint",
-                 "no_feature_ema",
-                 "deterministic_window",
-                 "random_window"};
-    p.seeds = {0};
+    diagnostics_preset(p);
   } else if (name == "paper-4096") {
-    // The paper's protocol as written (for bigger machines): context 4096, windows 512..4096, 10,000 steps of
-    // batch 1, control every 5 steps, feature EMA 0.9, resolution EMA 0.15, checkpoints at 1k/5k/10k,
-    // evaluation every 1,000 steps, seed 0. The model is bench-c's shape widened to 8 layers of 8 x 64.
-    p.summary = "the paper's protocol: context 4096, windows 512-4096, 10,000 steps, batch 1 (bigger machines)";
-    p.data = "brown", p.data_vocab = 8192;
-    p.sets = {"vocab_size=8192",          "hidden_size=512",           "intermediate_size=1408",
-              "num_hidden_layers=8",      "num_attention_heads=8",     "num_key_value_heads=8",
-              "head_dim=64",              "train.context=4096",        "train.batch_size=1",
-              "train.steps=10000",        "train.lr=1e-3",             "train.min_lr=1e-4",
-              "train.warmup_steps=500",   "train.log_interval=10",     "train.eval_interval=1000",
-              "train.eval_windows=15",    "train.checkpoint_steps=[1000,5000,10000]",
-              "aah.windows=[512,1024,2048,4096]", "aah.control_interval=5", "aah.feature_ema=0.9",
-              "aah.resolution_ema=0.15"};
-    p.regimes = kMain;
-    p.seeds = {0};
+    paper_4096_preset(p);
   } else {
     std::string known;
     for (const auto& n : suite_preset_names()) known += (known.empty() ? "" : ", ") + n;

@@ -435,6 +435,243 @@ json metrics_line(const LineSources& src, const TrainState& st, const LogMarks& 
   return line;
 }
 
+// Rank 0 owns the run directory: creates it, takes its lock (held in `lock` for the run) and removes what an
+// interrupted run left.
+void train_dir_take(const TrainOptions& o, bool quiet, std::optional<RunLock>& lock) {
+  const bool created = !path_exists(o.out_dir);
+  make_dirs(o.out_dir);
+  lock.emplace(o.out_dir, created);
+  const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
+  if (!leftovers.empty() && !quiet) {
+    std::string names;
+    for (const std::string& n : leftovers) names += " " + n;
+    std::fprintf(stderr, "[train] %s: removed what an interrupted run left:%s\n", o.out_dir.c_str(), names.c_str());
+  }
+}
+
+// The run's config against its data (on --resume: the same vocabulary and tokenizer as the data it was trained on;
+// otherwise, with vocab_from_data, the data's vocabulary), then --set, validated.
+void train_config_settle(const TrainOptions& o, const std::optional<RunData>& recorded, const RunData& data,
+                         Config& cfg) {
+  if (o.resume) {
+    RunData trained;  // a run without data.json: its copy of the data's tokenizer.json (if any) is the record
+    if (recorded)
+      trained = *recorded;
+    else if (path_exists(o.out_dir + "/tokenizer.json"))
+      trained.tokenizer_sha256 = sha256_hex(read_file(o.out_dir + "/tokenizer.json"));
+    run_data_check(trained, data, o.out_dir);
+  } else if (o.vocab_from_data) {
+    cfg.model.vocab_size = int(std::min<int64_t>(data.vocab_size, INT32_MAX));  // --set vocab_size=N still wins
+  }
+  for (const auto& s : o.sets) config_set(cfg, s);
+  config_validate(cfg);
+}
+
+// Where training starts: on --resume the checkpoint (false: the run is already at its last step, nothing to do);
+// otherwise train.init_from's weights, if set, and the policy oracle's windows.
+bool train_resume_or_start(const TrainOptions& o, const Config& cfg, const TokenShard& val, Model<float>& model,
+                           AdamW& opt, TrainState& st, WindowPolicyRunner& policy, bool lead, bool quiet) {
+  const TrainConfig& tc = cfg.train;
+  if (o.resume) {
+    load_checkpoint(checkpoint_dir(o.out_dir), model, opt, st, policy);
+    if (st.step >= tc.steps) {
+      if (lead) std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
+      return false;
+    }
+    if (lead) truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
+    if (!quiet) std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
+  } else {
+    if (!tc.init_from.empty()) {
+      init_from_dir(tc.init_from, cfg.model, model);
+      if (!quiet) std::fprintf(stderr, "[train] starting from the weights of %s\n", tc.init_from.c_str());
+    }
+    if (policy.controller().config().policy == WindowPolicy::oracle)
+      oracle_windows_set(cfg, val, o.out_dir, lead, policy);
+  }
+  return true;
+}
+
+// A fresh run's files: empty metrics, its config, and (the run directory is self-contained, HF layout) the data's
+// tokenizer with the model. The previous run's checkpoint (--force) goes first.
+void train_write_run_files(const TrainOptions& o, const Config& cfg, const std::string& data_dir) {
+  checkpoint_remove(o.out_dir);
+  write_file_atomic(o.out_dir + "/metrics.jsonl", "");
+  write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
+  if (file_exists(data_dir + "/tokenizer.json"))
+    write_file_atomic(o.out_dir + "/tokenizer.json", read_file(data_dir + "/tokenizer.json"));
+}
+
+// The training loop of a run that train_run has set up: draws a batch, steps, records the step, logs (and
+// evaluates) every log_interval / eval_interval steps, checkpoints, until train.steps, a stop signal or --stop-after.
+class TrainLoop {
+ public:
+  TrainLoop(const TrainOptions& o, const Config& cfg, Comm& comm, Engine& engine, AdamW& opt, GradSync& grad_sync,
+            TrainState& st, const TokenShard& train, const TokenShard& val)
+      : o_(o),
+        cfg_(cfg),
+        tc_(cfg.train),
+        comm_(comm),
+        model_(engine.model),
+        policy_(*engine.policy),
+        opt_(opt),
+        grad_sync_(grad_sync),
+        st_(st),
+        train_(train),
+        val_(val),
+        ranks_(comm.size()),
+        rank_(comm.rank()),
+        lead_(rank_ == 0),
+        quiet_(o.quiet || !lead_),
+        T_(tc_.context),
+        Bl_(tc_.batch_size / ranks_),
+        metrics_(lead_ ? o.out_dir + "/metrics.jsonl" : "/dev/null"),  // the other ranks log nowhere
+        tokens_per_step_(int64_t(tc_.batch_size) * T_ * tc_.grad_accum),
+        t_start_(now_seconds()),
+        first_step_(st.step),
+        sources_{model_,
+                 policy_,
+                 comm_,
+                 T_,
+                 tokens_per_step_,
+                 double(full_window_attention_macs(cfg.model, T_, *model_.backend, /*backward=*/true)) * Bl_ *
+                     cfg.model.num_hidden_layers * tc_.grad_accum} {
+    batch_.micro_batches = tc_.grad_accum, batch_.B = Bl_, batch_.T = T_, batch_.B_all = tc_.batch_size;
+    batch_.inputs.resize(size_t(tc_.grad_accum) * Bl_ * T_);
+    batch_.targets.resize(batch_.inputs.size());
+    marks_.reset(t_start_, sources_);
+  }
+
+  // The run's exit code: 0, 3 (a non-finite step under train.nonfinite=stop) or 128 + a stop signal.
+  int run() {
+    int exit_code = 0;
+    StopSignals stop_signals;
+    while (st_.step < tc_.steps) {
+      batch_draw(batch_, st_.rng, train_.tokens, rank_ * Bl_);
+      const double lr = lr_at(tc_, st_.step);
+      const StepResult r = train_step(model_, opt_, batch_, policy_, grad_sync_, comm_, st_.step, lr, tc_);
+      thread_count_recheck();  // cores that came free (or were taken) since start; the bits do not depend on it
+      int stop_signal = r.stop_signal;
+      st_.tokens_seen += tokens_per_step_;
+      if (!record_step(r)) {
+        exit_code = 3;
+        break;
+      }
+      st_.step++;
+      st_.log_steps++;
+      marks_.steps++;
+
+      const bool last = st_.step == tc_.steps;
+      const bool eval_now = last || (tc_.eval_interval > 0 && st_.step % tc_.eval_interval == 0);
+      if (st_.step % tc_.log_interval == 0 || last || eval_now) log(lr, r.grad_norm, eval_now);
+      if (ranks_ == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
+      const bool stop_now = (o_.stop_after > 0 && st_.step == o_.stop_after) || stop_signal != 0;
+      if (is_checkpoint_step(tc_, st_.step) || stop_now) checkpoint();
+      if (stop_now) {
+        if (stop_signal) {
+          if (lead_)  // even with --quiet: the user must know the run stopped and how to continue it
+            std::fprintf(stderr,
+                         "\n[train] %s: stopped by signal %d after step %d; checkpoint written, continue with "
+                         "--resume\n",
+                         o_.out_dir.c_str(), stop_signal, st_.step);
+          exit_code = 128 + stop_signal;
+        }
+        break;
+      }
+    }
+    metrics_.close();
+    if (!quiet_ && exit_code == 0)
+      std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o_.out_dir.c_str(),
+                   format_duration(now_seconds() - t_start_).c_str(), peak_rss_mb());
+    return exit_code;
+  }
+
+ private:
+  // A step's loss into the state: a non-finite step is logged as an event (false: train.nonfinite=stop ends the
+  // run); a finite one is averaged into the next metrics line, and one far above the running mean is logged.
+  bool record_step(const StepResult& r) {
+    const double loss = r.loss, grad_norm = r.grad_norm;
+    if (!r.updated) {
+      if (lead_)
+        std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st_.step + 1,
+                     std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
+                     tc_.nonfinite == "stop" ? "stopping" : "step skipped");
+      metrics_.write({{"step", st_.step + 1},
+                      {"event", "nonfinite"},
+                      {"loss", std::isfinite(loss) ? loss : -1.0},
+                      {"skipped", tc_.nonfinite != "stop"}});
+      return tc_.nonfinite != "stop";
+    }
+    st_.log_loss_sum += loss;
+    st_.log_loss_count++;
+    // A loss far above its running mean is logged (the step is kept): an early sign of divergence.
+    if (tc_.spike_factor > 0 && st_.loss_steps > 0 && loss > tc_.spike_factor * st_.loss_ema) {
+      std::fprintf(stderr, "[train] step %d: loss spike: %.4f is %.1fx the running mean %.4f\n", st_.step + 1, loss,
+                   loss / st_.loss_ema, st_.loss_ema);
+      metrics_.write({{"step", st_.step + 1}, {"event", "loss_spike"}, {"loss", loss}, {"mean", st_.loss_ema}});
+    }
+    st_.loss_ema = st_.loss_steps == 0 ? loss : kLossEmaDecay * st_.loss_ema + (1 - kLossEmaDecay) * loss;
+    st_.loss_steps++;
+    return true;
+  }
+
+  // One metrics line (with the validation loss when eval_now) and the progress line; then the next line's marks.
+  void log(double lr, double grad_norm, bool eval_now) {
+    const double now = now_seconds();
+    const double elapsed = now - t_start_;
+    const double eta = elapsed / std::max(1, st_.step - first_step_) * (tc_.steps - st_.step);
+    json line = metrics_line(sources_, st_, marks_, now, elapsed, lr, grad_norm);
+    if (eval_now) {
+      // Evaluation batches are split over the ranks; the loss is the sum over all of them.
+      const EvalResult ev = eval_loss(model_, val_.tokens, T_, tc_.eval_windows, Bl_, {}, rank_, ranks_);
+      double sums[2] = {ev.loss_sum, double(ev.tokens)};
+      comm_.allreduce_sum(sums, 2);
+      line["val_loss"] = sums[0] / sums[1];
+      line["val_ppl"] = std::exp(sums[0] / sums[1]);
+    }
+    metrics_.write(line);
+    if (!quiet_) {
+      std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s",
+                   int(std::to_string(tc_.steps).size()), st_.step, tc_.steps, line["loss"].get<double>(), lr,
+                   grad_norm, line["tokens_per_s"].get<double>(), format_duration(eta).c_str());
+      if (eval_now) std::fprintf(stderr, " | val %.4f", line["val_loss"].get<double>());
+      std::fprintf(stderr, "\n");
+    }
+    marks_.reset(now_seconds(), sources_);  // evaluation time (and work) is not training time
+    st_.log_loss_sum = 0, st_.log_loss_count = 0, st_.log_steps = 0, st_.log_macs = 0;
+  }
+
+  // A checkpoint (rank 0 writes it, after the ranks are checked to agree), with the attention work since the last
+  // metrics line carried in it.
+  void checkpoint() {
+    if (ranks_ > 1) check_ranks_agree(comm_, model_, st_.step);
+    st_.log_macs += double(model_.counters.macs - marks_.macs);  // carried in the checkpoint
+    marks_.macs = model_.counters.macs;
+    if (lead_) save_checkpoint(o_.out_dir, cfg_, model_, opt_, st_, policy_);
+  }
+
+  const TrainOptions& o_;
+  const Config& cfg_;
+  const TrainConfig& tc_;
+  Comm& comm_;
+  Model<float>& model_;
+  WindowPolicyRunner& policy_;
+  AdamW& opt_;
+  GradSync& grad_sync_;
+  TrainState& st_;
+  const TokenShard& train_;
+  const TokenShard& val_;
+  const int ranks_, rank_;
+  const bool lead_, quiet_;
+  const int T_, Bl_;  // context, this rank's sequences per micro-batch
+  MetricsLog metrics_;
+  Batch batch_;
+  const int64_t tokens_per_step_;
+  const double t_start_;
+  const int first_step_;
+  const LineSources sources_;
+  LogMarks marks_;
+};
+
 }  // namespace
 
 int checkpoint_verify(const std::string& run) {
@@ -462,17 +699,7 @@ int train_run(const TrainOptions& o) {
   if (o.resume) recorded = run_data_load(o.out_dir);
   const std::string data_dir = train_data_dir(o, recorded);
   std::optional<RunLock> lock;  // rank 0 owns the run directory
-  if (lead) {
-    const bool created = !path_exists(o.out_dir);
-    make_dirs(o.out_dir);
-    lock.emplace(o.out_dir, created);
-    const std::vector<std::string> leftovers = checkpoint_clean(o.out_dir);
-    if (!leftovers.empty() && !quiet) {
-      std::string names;
-      for (const std::string& n : leftovers) names += " " + n;
-      std::fprintf(stderr, "[train] %s: removed what an interrupted run left:%s\n", o.out_dir.c_str(), names.c_str());
-    }
-  }
+  if (lead) train_dir_take(o, quiet, lock);
   comm.barrier();  // the others read the checkpoint only after rank 0 has cleaned the directory
   if (o.resume) {
     const std::string dir = checkpoint_dir(o.out_dir);
@@ -483,24 +710,13 @@ int train_run(const TrainOptions& o) {
   TokenShard train = shard_read(data_dir + "/train.bin");
   TokenShard val = shard_read(data_dir + "/val.bin");
   const RunData data = run_data_of(data_dir, std::max(train.vocab_size, val.vocab_size));
-  if (o.resume) {  // the same vocabulary and tokenizer as the data the run was trained on
-    RunData trained;  // a run without data.json: its copy of the data's tokenizer.json (if any) is the record
-    if (recorded)
-      trained = *recorded;
-    else if (path_exists(o.out_dir + "/tokenizer.json"))
-      trained.tokenizer_sha256 = sha256_hex(read_file(o.out_dir + "/tokenizer.json"));
-    run_data_check(trained, data, o.out_dir);
-  } else if (o.vocab_from_data) {
-    cfg.model.vocab_size = int(std::min<int64_t>(data.vocab_size, INT32_MAX));  // --set vocab_size=N still wins
-  }
-  for (const auto& s : o.sets) config_set(cfg, s);
-  config_validate(cfg);
+  train_config_settle(o, recorded, data, cfg);
   const ModelConfig& mc = cfg.model;
   const TrainConfig& tc = cfg.train;
 
   train_check_setup(cfg, data, data_dir, train, val, ranks, o.allreduce);
   const int B = tc.batch_size, T = tc.context;
-  const int Bl = B / ranks, b_first = rank * Bl;  // this rank's slice of every micro-batch
+  const int Bl = B / ranks;  // this rank's slice of every micro-batch
   comm.barrier();  // every rank has checked the run directory before training starts
   Engine engine(cfg, EngineOptions(Bl, T).training());  // weights from train.seed, replaced below
   Model<float>& model = engine.model;                                      // on --resume or with train.init_from
@@ -510,32 +726,10 @@ int train_run(const TrainOptions& o) {
   if (ranks > 1) policy.set_comm(&comm);
   if (!o.trace_file.empty() && lead) policy.open_trace(o.trace_file, o.resume);  // global features and decisions
   GradSync grad_sync(comm, model, o.allreduce == "overlap");
-  const Controller& controller = policy.controller();
   TrainState st;
   st.rng.reseed(uint64_t(tc.seed) ^ 0x5eed0da7aull);
-  if (o.resume) {
-    load_checkpoint(checkpoint_dir(o.out_dir), model, opt, st, policy);
-    if (st.step >= tc.steps) {
-      if (lead) std::fprintf(stderr, "[train] %s: already at step %d of %d\n", o.out_dir.c_str(), st.step, tc.steps);
-      return 0;
-    }
-    if (lead) truncate_metrics(o.out_dir + "/metrics.jsonl", st.step);
-    if (!quiet) std::fprintf(stderr, "[train] resuming %s at step %d\n", o.out_dir.c_str(), st.step);
-  } else {
-    if (!tc.init_from.empty()) {
-      init_from_dir(tc.init_from, mc, model);
-      if (!quiet) std::fprintf(stderr, "[train] starting from the weights of %s\n", tc.init_from.c_str());
-    }
-    if (controller.config().policy == WindowPolicy::oracle) oracle_windows_set(cfg, val, o.out_dir, lead, policy);
-  }
-  if (!o.resume && lead) {
-    checkpoint_remove(o.out_dir);  // --force: the previous run's checkpoint goes first
-    write_file_atomic(o.out_dir + "/metrics.jsonl", "");
-    write_file_atomic(o.out_dir + "/config.json", config_to_json(cfg).dump(2) + "\n");
-    // The run directory is self-contained (HF layout): the data's tokenizer goes with the model.
-    if (file_exists(data_dir + "/tokenizer.json"))
-      write_file_atomic(o.out_dir + "/tokenizer.json", read_file(data_dir + "/tokenizer.json"));
-  }
+  if (!train_resume_or_start(o, cfg, val, model, opt, st, policy, lead, quiet)) return 0;
+  if (!o.resume && lead) train_write_run_files(o, cfg, data_dir);
   // Where the data is, for a --resume without --data; a resume from a moved copy records the new place.
   if (lead && (!o.resume || !recorded || recorded->dir != data.dir)) run_data_save(o.out_dir, data);
   if (!quiet)
@@ -544,109 +738,8 @@ int train_run(const TrainOptions& o) {
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());
-
-  const double full_macs_per_step = double(full_window_attention_macs(mc, T, *model.backend, /*backward=*/true)) * Bl *
-                                    mc.num_hidden_layers * tc.grad_accum;
-  MetricsLog metrics(lead ? o.out_dir + "/metrics.jsonl" : "/dev/null");  // the other ranks log nowhere
-  Batch batch;
-  batch.micro_batches = tc.grad_accum, batch.B = Bl, batch.T = T, batch.B_all = B;
-  batch.inputs.resize(size_t(tc.grad_accum) * Bl * T);
-  batch.targets.resize(batch.inputs.size());
-  const int64_t tokens_per_step = int64_t(B) * T * tc.grad_accum;
-  const double t_start = now_seconds();
-  const int first_step = st.step;
-  const LineSources sources{model, policy, comm, T, tokens_per_step, full_macs_per_step};
-  LogMarks marks;
-  marks.reset(t_start, sources);
-  int exit_code = 0;
-
-  StopSignals stop_signals;
-  while (st.step < tc.steps) {
-    batch_draw(batch, st.rng, train.tokens, b_first);
-    const double lr = lr_at(tc, st.step);
-    const StepResult r = train_step(model, opt, batch, policy, grad_sync, comm, st.step, lr, tc);
-    thread_count_recheck();  // cores that came free (or were taken) since start; the bits do not depend on it
-    const double loss = r.loss, grad_norm = r.grad_norm;
-    int stop_signal = r.stop_signal;
-    st.tokens_seen += tokens_per_step;
-    if (!r.updated) {
-      if (lead)
-        std::fprintf(stderr, "\n[train] step %d: non-finite %s (loss %g, grad norm %g): %s\n", st.step + 1,
-                   std::isfinite(loss) ? "gradient" : "loss", loss, grad_norm,
-                   tc.nonfinite == "stop" ? "stopping" : "step skipped");
-      metrics.write({{"step", st.step + 1},
-                     {"event", "nonfinite"},
-                     {"loss", std::isfinite(loss) ? loss : -1.0},
-                     {"skipped", tc.nonfinite != "stop"}});
-      if (tc.nonfinite == "stop") {
-        exit_code = 3;
-        break;
-      }
-    } else {
-      st.log_loss_sum += loss;
-      st.log_loss_count++;
-      // A loss far above its running mean is logged (the step is kept): an early sign of divergence.
-      if (tc.spike_factor > 0 && st.loss_steps > 0 && loss > tc.spike_factor * st.loss_ema) {
-        std::fprintf(stderr, "[train] step %d: loss spike: %.4f is %.1fx the running mean %.4f\n", st.step + 1, loss,
-                     loss / st.loss_ema, st.loss_ema);
-        metrics.write({{"step", st.step + 1}, {"event", "loss_spike"}, {"loss", loss}, {"mean", st.loss_ema}});
-      }
-      st.loss_ema = st.loss_steps == 0 ? loss : kLossEmaDecay * st.loss_ema + (1 - kLossEmaDecay) * loss;
-      st.loss_steps++;
-    }
-    st.step++;
-    st.log_steps++;
-    marks.steps++;
-
-    const bool last = st.step == tc.steps;
-    const bool eval_now = last || (tc.eval_interval > 0 && st.step % tc.eval_interval == 0);
-    if (st.step % tc.log_interval == 0 || last || eval_now) {
-      const double now = now_seconds();
-      const double elapsed = now - t_start;
-      const double eta = elapsed / std::max(1, st.step - first_step) * (tc.steps - st.step);
-      json line = metrics_line(sources, st, marks, now, elapsed, lr, grad_norm);
-      if (eval_now) {
-        // Evaluation batches are split over the ranks; the loss is the sum over all of them.
-        const EvalResult ev = eval_loss(model, val.tokens, T, tc.eval_windows, Bl, {}, rank, ranks);
-        double sums[2] = {ev.loss_sum, double(ev.tokens)};
-        comm.allreduce_sum(sums, 2);
-        line["val_loss"] = sums[0] / sums[1];
-        line["val_ppl"] = std::exp(sums[0] / sums[1]);
-      }
-      metrics.write(line);
-      if (!quiet) {
-        std::fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s",
-                     int(std::to_string(tc.steps).size()), st.step, tc.steps, line["loss"].get<double>(), lr, grad_norm,
-                     line["tokens_per_s"].get<double>(), format_duration(eta).c_str());
-        if (eval_now) std::fprintf(stderr, " | val %.4f", line["val_loss"].get<double>());
-        std::fprintf(stderr, "\n");
-      }
-      marks.reset(now_seconds(), sources);  // evaluation time (and work) is not training time
-      st.log_loss_sum = 0, st.log_loss_count = 0, st.log_steps = 0, st.log_macs = 0;
-    }
-    if (ranks == 1) stop_signal = g_stop_signal;  // one process: a signal that came during logging counts now
-    const bool stop_now = (o.stop_after > 0 && st.step == o.stop_after) || stop_signal != 0;
-    if (is_checkpoint_step(tc, st.step) || stop_now) {
-      if (ranks > 1) check_ranks_agree(comm, model, st.step);
-      st.log_macs += double(model.counters.macs - marks.macs);  // carried in the checkpoint
-      marks.macs = model.counters.macs;
-      if (lead) save_checkpoint(o.out_dir, cfg, model, opt, st, policy);
-    }
-    if (stop_now) {
-      if (stop_signal) {
-        if (lead)  // even with --quiet: the user must know the run stopped and how to continue it
-          std::fprintf(stderr, "\n[train] %s: stopped by signal %d after step %d; checkpoint written, continue with "
-                       "--resume\n", o.out_dir.c_str(), stop_signal, st.step);
-        exit_code = 128 + stop_signal;
-      }
-      break;
-    }
-  }
-  metrics.close();
-  if (!quiet && exit_code == 0)
-    std::fprintf(stderr, "[train] done: %s (%s, peak %.0f MB)\n", o.out_dir.c_str(),
-                 format_duration(now_seconds() - t_start).c_str(), peak_rss_mb());
-  return exit_code;
+  TrainLoop loop(o, cfg, comm, engine, opt, grad_sync, st, train, val);
+  return loop.run();
 }
 
 }  // namespace aah
