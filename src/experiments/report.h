@@ -11,13 +11,17 @@
 // DIR/figures/*.svg   validation loss over steps (and late zoom) and over training seconds, ACR, hierarchy levels
 //                     used over steps; the window-bucket heatmap (regime x window); per regime the final layer x
 //                     head window map
+//
+// The parts: report_read (the run files, checked), report_stats (numbers over seeds, time to loss),
+// report_content (what the report says: tables, prose, figures; built by report_tables, report_distance,
+// report_heads, report_figures, report_notes) and one renderer per format (report_markdown, report_html,
+// report_csv, report_json).
 #pragma once
 #include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "experiments/stats.h"  // mean_interval, t_quantile_975: the report's statistics
+#include "experiments/report_read.h"   // report_parse_metrics, report_check_eval, report_check_probe, LossAtTime
+#include "experiments/report_stats.h"  // report_time_to_loss, report_loss_at_time
+#include "experiments/stats.h"         // mean_interval, t_quantile_975: the report's statistics
 
 namespace aah {
 
@@ -25,36 +29,6 @@ namespace aah {
 // report.md's title line, report.html's title, report.json's keys, a CSV's header line. A user's file of the same
 // name is not replaced.
 bool report_owns_file(const std::string& existing, const std::string& now);
-// Whether suite.json lists (regime, seed) among its runs (a matched regime by its resolved name); true without lists.
-bool report_suite_lists(const nlohmann::json& suite, const std::string& regime, int seed);
 void report_write(const std::string& dir);
-
-// The readers of the run files (hostile input: errors name `name`, the line and the key). metrics.jsonl text:
-// the lines with a step (events skipped), the numbers the report uses checked; the last must have val_loss.
-// Event lines (non-finite steps, loss spikes) are left out; the steps of "nonfinite" events go to *nonfinite_steps.
-std::vector<nlohmann::json> report_parse_metrics(const std::string& text, const std::string& name,
-                                                 std::vector<int>* nonfinite_steps = nullptr);
-// eval.json: the numbers, window_fractions (window -> fraction) and window_map (L rows of H windows >= 1).
-void report_check_eval(const nlohmann::json& eval, const std::string& name);
-// probe.json: heads [{layer, head, def_mass, accuracy_drop}], one per head of a layers x heads model.
-void report_check_probe(const nlohmann::json& probe, int layers, int heads, const std::string& name);
-
-// Time to loss. A run's validation loss against its training wall time: at each evaluation (a metrics line with
-// val_loss), the seconds of training so far. They are summed over the log intervals as (tokens - the previous
-// line's tokens) / tokens_per_s: `aah train` times its throughput between log lines with the evaluation and the
-// line's writing left out, so the sum is training time only (optimizer steps, controller, coverage measurement),
-// and it continues across a resume. (elapsed_s, by contrast, counts the earlier evaluations and restarts at 0 in a
-// resumed process; it is used only when a line has no tokens figure.) Seconds are NaN when neither is usable.
-struct LossAtTime {
-  int step = 0;
-  double seconds = 0, loss = 0;
-};
-std::vector<LossAtTime> report_loss_by_time(const std::vector<nlohmann::json>& lines);
-// The first time `curve` reaches `target` (loss <= target): interpolated linearly between the evaluation before and
-// the first at or below the target; the first evaluation's time when it is already there; NaN when never reached.
-double report_time_to_loss(const std::vector<LossAtTime>& curve, double target);
-// The loss of `curve` at `seconds` of training: interpolated linearly between the evaluations around it (an
-// evaluation's own loss at its time); NaN before the first evaluation or past the last.
-double report_loss_at_time(const std::vector<LossAtTime>& curve, double seconds);
 
 }  // namespace aah

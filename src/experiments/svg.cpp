@@ -84,14 +84,20 @@ std::vector<double> svg_nice_ticks(double lo, double hi, int target) {
   return t;
 }
 
-std::string svg_line_chart(const SvgLineChart& c) {
-  size_t longest = 0;
-  for (const auto& s : c.series) longest = std::max(longest, s.name.size());
-  const double left = 78, top = 44, bottom = 58, pw = 560, ph = 300;
-  const double legend_w = 40 + kCharWidth * double(longest);
-  const double W = left + pw + 20 + legend_w, H = top + ph + bottom;
-  // Data range over what is drawn.
+namespace {
+
+// A line chart's plot area (pixels) and the data range it shows.
+struct Plot {
+  double left = 78, top = 44, pw = 560, ph = 300;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  double X(double x) const { return left + (x - x0) / (x1 - x0) * pw; }
+  double Y(double y) const { return top + ph - (y - y0) / (y1 - y0) * ph; }
+};
+
+// The data range over what is drawn (and the reference lines), with room around it.
+Plot plot_of(const SvgLineChart& c, bool bars) {
+  Plot p;
+  double &x0 = p.x0, &x1 = p.x1, &y0 = p.y0, &y1 = p.y1;
   for (const auto& s : c.series)
     for (size_t i = 0; i < s.x.size(); i++) {
       if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) continue;
@@ -104,7 +110,6 @@ std::string svg_line_chart(const SvgLineChart& c) {
   if (std::isfinite(c.ref_y)) y0 = std::min(y0, c.ref_y), y1 = std::max(y1, c.ref_y);
   if (std::isfinite(c.ref_x)) x0 = std::min(x0, c.ref_x), x1 = std::max(x1, c.ref_x);
   // Room around the outermost markers, and for the error bars of lines, which sit side by side around each x.
-  const bool bars = has_error_bars(c);
   if (c.points || bars) {
     const double xpad = std::max(1e-3, (x1 - x0) * (c.points ? 0.08 : 0.05));
     x0 -= xpad, x1 += xpad;
@@ -113,33 +118,111 @@ std::string svg_line_chart(const SvgLineChart& c) {
   if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
   const double pad = (y1 - y0) * 0.05;
   y0 -= pad, y1 += pad;
-  const auto xt = svg_nice_ticks(x0, x1), yt = svg_nice_ticks(y0, y1);
+  return p;
+}
+
+// The grid lines and tick labels of both axes.
+std::string grid(const Plot& p) {
+  const auto xt = svg_nice_ticks(p.x0, p.x1), yt = svg_nice_ticks(p.y0, p.y1);
   const double xs = xt.size() > 1 ? xt[1] - xt[0] : 1, ys = yt.size() > 1 ? yt[1] - yt[0] : 1;
-  auto X = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
-  auto Y = [&](double y) { return top + ph - (y - y0) / (y1 - y0) * ph; };
+  std::string o;
+  for (double v : xt) {
+    o += str_cat("<line x1=\"", num(p.X(v)), "\" y1=\"", num(p.top), "\" x2=\"", num(p.X(v)), "\" y2=\"",
+                 num(p.top + p.ph), "\" stroke=\"#e4e4e4\"/>\n");
+    o += text(p.X(v), p.top + p.ph + 17, tick_label(v, xs), "text-anchor=\"middle\"");
+  }
+  for (double v : yt) {
+    o += str_cat("<line x1=\"", num(p.left), "\" y1=\"", num(p.Y(v)), "\" x2=\"", num(p.left + p.pw), "\" y2=\"",
+                 num(p.Y(v)), "\" stroke=\"#e4e4e4\"/>\n");
+    o += text(p.left - 6, p.Y(v) + 4, tick_label(v, ys), "text-anchor=\"end\"");
+  }
+  return o;
+}
+
+// Series k: its error bars (shifted by `shift` pixels), its line (gaps at NaN) and its markers.
+std::string series_marks(const SvgLineChart& c, const Plot& p, size_t k, double shift, double cap) {
+  const auto& s = c.series[k];
+  const char* color = series_color(s, k);
+  std::string o;
+  for (size_t i = 0; i < s.x.size() && i < s.y_lo.size() && i < s.y_hi.size(); i++)
+    if (s.x[i] >= c.x_from && std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i])) {
+      const double x = p.X(s.x[i]) + shift;
+      o += str_cat("<path stroke=\"", color, "\" stroke-width=\"1.5\" d=\"M", num(x), " ", num(p.Y(s.y_lo[i])), " V",
+                   num(p.Y(s.y_hi[i])), " M", num(x - cap), " ", num(p.Y(s.y_lo[i])), " h", num(2 * cap), " M",
+                   num(x - cap), " ", num(p.Y(s.y_hi[i])), " h", num(2 * cap), "\"/>\n");
+    }
+  std::string pts;
+  int points = 0;
+  auto flush = [&] {
+    if (points > 1 && !c.points) o += str_cat("<polyline stroke=\"", color, "\" points=\"", pts, "\"/>\n");
+    pts.clear();
+    points = 0;
+  };
+  int drawn = 0;
+  for (size_t i = 0; i < s.x.size(); i++) {
+    if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) {
+      flush();
+      continue;
+    }
+    pts += str_cat(num(p.X(s.x[i])), ",", num(p.Y(s.y[i])), " ");
+    points++;
+    drawn++;
+  }
+  flush();
+  if (drawn <= 40 || c.points)  // markers where points are few (evaluation steps), so single points show too
+    for (size_t i = 0; i < s.x.size(); i++)
+      if (s.x[i] >= c.x_from && std::isfinite(s.y[i]))
+        o += str_cat("<circle cx=\"", num(p.X(s.x[i])), "\" cy=\"", num(p.Y(s.y[i])), "\" r=\"", c.points ? "5" : "2.5",
+                     "\" fill=\"", color, "\" stroke=\"none\"/>\n");
+  return o;
+}
+
+// The legend right of the plot at x = lx: a marker or a line per series (what the plot draws), and its name.
+std::string legend(const SvgLineChart& c, double lx, double top) {
+  std::string o;
+  for (size_t k = 0; k < c.series.size(); k++) {
+    const double ly = top + 8 + 20 * double(k);
+    const char* color = series_color(c.series[k], k);
+    if (c.points)
+      o += str_cat("<circle cx=\"", num(lx + 11), "\" cy=\"", num(ly), "\" r=\"5\" fill=\"", color, "\"/>\n");
+    else
+      o += str_cat("<line x1=\"", num(lx), "\" y1=\"", num(ly), "\" x2=\"", num(lx + 22), "\" y2=\"", num(ly),
+                   "\" stroke=\"", color, "\" stroke-width=\"3\"/>\n");
+    o += text(lx + 28, ly + 4, c.series[k].name);
+  }
+  return o;
+}
+
+// The clip path's id is unique per figure (a hash of its title): the HTML report inlines several figures.
+std::string clip_id_of(const std::string& title) {
+  uint32_t id_hash = 2166136261u;  // FNV-1a
+  for (unsigned char ch : title) id_hash = (id_hash ^ ch) * 16777619u;
+  char clip_id[24];
+  std::snprintf(clip_id, sizeof clip_id, "plot-%08x", id_hash);
+  return clip_id;
+}
+
+}  // namespace
+
+std::string svg_line_chart(const SvgLineChart& c) {
+  size_t longest = 0;
+  for (const auto& s : c.series) longest = std::max(longest, s.name.size());
+  const double bottom = 58;
+  const bool bars = has_error_bars(c);
+  const Plot p = plot_of(c, bars);
+  const double left = p.left, top = p.top, pw = p.pw, ph = p.ph;
+  const double legend_w = 40 + kCharWidth * double(longest);
+  const double W = left + pw + 20 + legend_w, H = top + ph + bottom;
 
   std::string o = header(W, H);
   o += text(left + pw / 2, 24, c.title, "text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\"");
   o += str_cat("<rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw), "\" height=\"", num(ph),
                "\" fill=\"none\" stroke=\"#444\"/>\n");
-  for (double v : xt) {
-    o += str_cat("<line x1=\"", num(X(v)), "\" y1=\"", num(top), "\" x2=\"", num(X(v)), "\" y2=\"", num(top + ph),
-                 "\" stroke=\"#e4e4e4\"/>\n");
-    o += text(X(v), top + ph + 17, tick_label(v, xs), "text-anchor=\"middle\"");
-  }
-  for (double v : yt) {
-    o += str_cat("<line x1=\"", num(left), "\" y1=\"", num(Y(v)), "\" x2=\"", num(left + pw), "\" y2=\"", num(Y(v)),
-                 "\" stroke=\"#e4e4e4\"/>\n");
-    o += text(left - 6, Y(v) + 4, tick_label(v, ys), "text-anchor=\"end\"");
-  }
+  o += grid(p);
   o += text(left + pw / 2, H - 14, c.x_label, "text-anchor=\"middle\" font-size=\"13\"");
   o += text(18, top + ph / 2, c.y_label,
             str_cat("text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 ", num(top + ph / 2), ")\""));
-  // The clip path's id is unique per figure (a hash of its title): the HTML report inlines several figures.
-  uint32_t id_hash = 2166136261u;  // FNV-1a
-  for (unsigned char ch : c.title) id_hash = (id_hash ^ ch) * 16777619u;
-  char clip_id[24];
-  std::snprintf(clip_id, sizeof clip_id, "plot-%08x", id_hash);
+  const std::string clip_id = clip_id_of(c.title);
   o += str_cat("<clipPath id=\"", clip_id, "\"><rect x=\"", num(left), "\" y=\"", num(top), "\" width=\"", num(pw),
                "\" height=\"", num(ph), "\"/></clipPath>\n<g clip-path=\"url(#", clip_id,
                ")\" fill=\"none\" stroke-width=\"2\">\n");
@@ -147,59 +230,16 @@ std::string svg_line_chart(const SvgLineChart& c) {
     o += str_cat("<line x1=\"", num(xa), "\" y1=\"", num(ya), "\" x2=\"", num(xb), "\" y2=\"", num(yb),
                  "\" stroke=\"#777\" stroke-width=\"1\" stroke-dasharray=\"5,4\"/>\n");
   };
-  if (std::isfinite(c.ref_y)) dashed(left, Y(c.ref_y), left + pw, Y(c.ref_y));
-  if (std::isfinite(c.ref_x)) dashed(X(c.ref_x), top, X(c.ref_x), top + ph);
+  if (std::isfinite(c.ref_y)) dashed(left, p.Y(c.ref_y), left + pw, p.Y(c.ref_y));
+  if (std::isfinite(c.ref_x)) dashed(p.X(c.ref_x), top, p.X(c.ref_x), top + ph);
   // Lines' error bars at one x would cover each other: each series' bars are shifted by a few pixels (a scatter's
   // points are one per series, at their own x).
   const double dodge = c.points || !bars ? 0 : std::min(8.0, 0.08 * pw / double(std::max<size_t>(1, c.series.size())));
   const double cap = dodge > 0 ? std::max(1.5, 0.4 * dodge) : 5;  // half the width of an error bar's ends
-  for (size_t k = 0; k < c.series.size(); k++) {
-    const auto& s = c.series[k];
-    const char* color = series_color(s, k);
-    const double shift = dodge * (double(k) - 0.5 * double(c.series.size() - 1));
-    for (size_t i = 0; i < s.x.size() && i < s.y_lo.size() && i < s.y_hi.size(); i++)
-      if (s.x[i] >= c.x_from && std::isfinite(s.y_lo[i]) && std::isfinite(s.y_hi[i])) {
-        const double x = X(s.x[i]) + shift;
-        o += str_cat("<path stroke=\"", color, "\" stroke-width=\"1.5\" d=\"M", num(x), " ", num(Y(s.y_lo[i])), " V",
-                     num(Y(s.y_hi[i])), " M", num(x - cap), " ", num(Y(s.y_lo[i])), " h", num(2 * cap), " M",
-                     num(x - cap), " ", num(Y(s.y_hi[i])), " h", num(2 * cap), "\"/>\n");
-      }
-    std::string pts;
-    int points = 0;
-    auto flush = [&] {
-      if (points > 1 && !c.points) o += str_cat("<polyline stroke=\"", color, "\" points=\"", pts, "\"/>\n");
-      pts.clear();
-      points = 0;
-    };
-    int drawn = 0;
-    for (size_t i = 0; i < s.x.size(); i++) {
-      if (s.x[i] < c.x_from || !std::isfinite(s.y[i])) {
-        flush();
-        continue;
-      }
-      pts += str_cat(num(X(s.x[i])), ",", num(Y(s.y[i])), " ");
-      points++;
-      drawn++;
-    }
-    flush();
-    if (drawn <= 40 || c.points)  // markers where points are few (evaluation steps), so single points show too
-      for (size_t i = 0; i < s.x.size(); i++)
-        if (s.x[i] >= c.x_from && std::isfinite(s.y[i]))
-          o += str_cat("<circle cx=\"", num(X(s.x[i])), "\" cy=\"", num(Y(s.y[i])), "\" r=\"", c.points ? "5" : "2.5",
-                       "\" fill=\"", color, "\" stroke=\"none\"/>\n");
-  }
+  for (size_t k = 0; k < c.series.size(); k++)
+    o += series_marks(c, p, k, dodge * (double(k) - 0.5 * double(c.series.size() - 1)), cap);
   o += "</g>\n";
-  const double lx = left + pw + 20;
-  for (size_t k = 0; k < c.series.size(); k++) {
-    const double ly = top + 8 + 20 * double(k);
-    const char* color = series_color(c.series[k], k);
-    if (c.points)  // the legend shows what the plot draws: a marker, or a line
-      o += str_cat("<circle cx=\"", num(lx + 11), "\" cy=\"", num(ly), "\" r=\"5\" fill=\"", color, "\"/>\n");
-    else
-      o += str_cat("<line x1=\"", num(lx), "\" y1=\"", num(ly), "\" x2=\"", num(lx + 22), "\" y2=\"", num(ly),
-                   "\" stroke=\"", color, "\" stroke-width=\"3\"/>\n");
-    o += text(lx + 28, ly + 4, c.series[k].name);
-  }
+  o += legend(c, left + pw + 20, top);
   o += "</svg>\n";
   return o;
 }
