@@ -16,6 +16,7 @@
 #include "controller/controller.h"
 #include "controller/copy_use.h"
 #include "core/check.h"
+#include "kernels/bf16/bf16.h"
 #include "core/rng.h"
 #include "core/sys.h"
 #include "dist/comm.h"
@@ -735,6 +736,9 @@ int train_run(const TrainOptions& o) {
   if (!quiet)
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
+  if (!quiet && model.backend->bf16)
+    std::fprintf(stderr, "[train] train.precision=bf16: matrix products in bf16 on oneDNN (%s), fp32 accumulation, "
+                 "weights, optimizer, norms, softmax and loss; attention in fp32\n", bf16::isa().c_str());
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());

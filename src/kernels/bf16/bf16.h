@@ -34,6 +34,11 @@ void convert(uint16_t* out, const float* in, size_t n);
 // True when the CPU has bf16 matrix instructions (AVX-512 BF16 or AMX); `isa` gets the instruction set oneDNN
 // found (e.g. "avx512_core_bf16", "avx512_core_amx", "avx2").
 bool cpu_supported(std::string* isa = nullptr);
+inline std::string isa() {
+  std::string name;
+  cpu_supported(&name);
+  return name;
+}
 
 // The products of kernels/ops.h in bf16 (same shapes and conventions as cpu::matmul_forward/backward); a one-row
 // forward (decoding) runs the fp32 product.
