@@ -281,6 +281,34 @@ void write_hand_run(const std::string& dir, const std::string& regime, int seed,
   write_file_atomic(rd + "/eval.json", ev.dump());
 }
 
+// The setup line names bf16 runs (train.precision=bf16): all of them, some of them, or says nothing for fp32.
+TEST(Report, SetupLineNamesBf16Runs) {
+  const test::TempDir tmp("bf16report");
+  const std::string dir = tmp.path + "/suite";
+  const std::vector<json> lines = {metrics_line(20, 2000, 100, 20, 5.0), metrics_line(40, 4000, 100, 40, 4.0)};
+  write_hand_run(dir, "full", 0, lines);
+  write_hand_run(dir, "full", 1, lines);
+  auto setup_of_report = [&] {
+    report_write(dir);
+    const std::string md = read_file(dir + "/report.md");
+    const size_t at = md.find("Training: ");
+    return at == std::string::npos ? std::string() : md.substr(at, md.find(". Runs", at) - at);
+  };
+  EXPECT_EQ(setup_of_report(), "Training: 40 steps of 4 x 64 tokens");
+  auto to_bf16 = [&](int seed) {
+    const std::string path = dir + "/runs/full-s" + std::to_string(seed) + "/config.json";
+    json c = json::parse(read_file(path));
+    c["train"]["precision"] = "bf16";
+    write_file_atomic(path, c.dump(2));
+  };
+  to_bf16(1);
+  EXPECT_EQ(setup_of_report(),
+            "Training: 40 steps of 4 x 64 tokens, matrix products in bf16 in 1 of 2 runs "
+            "(train.precision=bf16)");
+  to_bf16(0);
+  EXPECT_EQ(setup_of_report(), "Training: 40 steps of 4 x 64 tokens, matrix products in bf16 (train.precision=bf16)");
+}
+
 TEST(Report, TimeToLossHandWorked) {
   // full, seed 0: intervals of 1000 tokens at 100, 100, 50, 100 tokens/s = 10, 10, 20, 10 s; evaluations at steps 20
   // (t = 20 s, loss 5.0) and 40 (t = 50 s, loss 4.0). elapsed_s (20, 45, 55) would count 5 s of evaluation.

@@ -100,6 +100,15 @@ std::string differences_note(bool several_seeds) {
          "claim\". ";
 }
 
+// ", matrix products in bf16" when the runs trained at train.precision=bf16 (", in bf16 in n of m runs" if mixed).
+std::string precision_note(const std::vector<RunData>& runs) {
+  size_t bf16 = 0;
+  for (const RunData& r : runs) bf16 += r.cfg.train.precision == "bf16";
+  if (bf16 == 0) return "";
+  if (bf16 == runs.size()) return ", matrix products in bf16 (train.precision=bf16)";
+  return str_cat(", matrix products in bf16 in ", bf16, " of ", runs.size(), " runs (train.precision=bf16)");
+}
+
 }  // namespace
 
 // "Preset `x`: ... Model: ... Training: ... Runs: n." with the matched baselines and the pretrained bases, if any.
@@ -112,7 +121,7 @@ std::string setup_text(const SuiteRuns& s) {
                  ". Model: ", m.num_hidden_layers, " layers, ", m.num_attention_heads, " heads x ", m.head_dim, " (",
                  m.num_key_value_heads, " KV heads), width ", m.hidden_size, ", vocabulary ", m.vocab_size,
                  ". Training: ", r0.cfg.train.steps, " steps of ", r0.cfg.train.batch_size, " x ", r0.cfg.train.context,
-                 " tokens. Runs: ", runs.size(),
+                 " tokens", precision_note(runs), ". Runs: ", runs.size(),
                  s.unfinished.empty() ? std::string() : str_cat(" finished (unfinished: ", s.unfinished.size(), ")"),
                  ".", matched_note(suite), base_note(s.dir, runs));
 }
