@@ -33,44 +33,51 @@ struct DecodeSet {
 
 }  // namespace
 
-int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& precisions) {
-  const ModelConfig m = bench_c_model();
-  const int steps = 128;
-  if (T < 2 * steps) fail("bench decode: --context ", T, " is too short (at least ", 2 * steps, ")");
-  const int prompt = T - steps;
-  const int L = m.num_hidden_layers, H = m.num_attention_heads;
-  // The paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T) on 8 heads: 4 x T/8, 2 x T/4,
-  // 1 x T/2, 1 x T per layer.
+namespace {
+
+constexpr int kDecodeSteps = 128;  // tokens decoded after the prompt
+// The decode steps run in blocks that alternate between the sets (full block 1, mix block 1, full block 2, ...).
+constexpr int kBlocks = 8;
+static_assert(kDecodeSteps % kBlocks == 0);
+
+// Full windows and the paper's final Full-adaptive mix (50.3% T/8, 20.1% T/4, 9.4% T/2, 20.1% T; on 8 heads 4 x T/8,
+// 2 x T/4, 1 x T/2, 1 x T per layer), and with "bf16" among the precisions the same two with a bf16 KV cache.
+std::vector<DecodeSet> decode_sets(int T, int H, const std::vector<std::string>& precisions) {
   std::vector<DecodeSet> sets(2);
   sets[0].name = "full", sets[0].head_windows = std::vector<int>(H, T);
   sets[1].name = "full_adaptive_mix", sets[1].head_windows = paper_adaptive_mix(T, H);
   if (std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end())
-    for (int si = 0; si < 2; si++) {  // the same two sets with a bf16 KV cache
+    for (int si = 0; si < 2; si++) {
       DecodeSet s16;
       s16.name = sets[si].name + " bf16", s16.head_windows = sets[si].head_windows, s16.precision = "bf16";
       sets.push_back(std::move(s16));
     }
-  Rng rng(1);
-  std::vector<int32_t> tokens(T);
-  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
-  // Cases: the prefill of each set (into a fresh decoder, made untimed), then the `steps` decode steps in blocks
-  // that alternate between the sets (full block 1, mix block 1, full block 2, ...). A decode step takes a few ms,
-  // a prefill seconds: alternating small blocks puts the two sets' decode steps close together in time, so that a
-  // drift of the machine's speed hits both, instead of one set decoding while the other's prefill ran.
-  constexpr int kBlocks = 8;
-  static_assert(steps % kBlocks == 0);
+  return sets;
+}
+
+// The set's model (bench-c weights from seed 0, at its precision) with its windows in every layer.
+void decode_set_prepare(DecodeSet& s, const ModelConfig& m, int T) {
+  Config c;
+  c.model = m;
+  c.train.precision = s.precision;
+  s.engine = std::make_unique<Engine>(c, EngineOptions(1, T).no_policy());
+  s.model = &s.engine->model;
+  const int L = m.num_hidden_layers, H = m.num_attention_heads;
+  for (int l = 0; l < L; l++)
+    for (int h = 0; h < H; h++) s.model->windows()[size_t(l) * H + h] = s.head_windows[h];
+  double wsum = 0;
+  for (int w : s.head_windows) wsum += double(w) / T;
+  s.window_ratio = wsum / H;
+}
+
+// Cases: the prefill of each set (into a fresh decoder, made untimed), then the decode steps in blocks that alternate
+// between the sets. A decode step takes a few ms, a prefill seconds: alternating small blocks puts the sets' decode
+// steps close together in time, so that a drift of the machine's speed hits all, instead of one set decoding while
+// another's prefill ran.
+std::vector<MeasureCase> decode_cases(std::vector<DecodeSet>& sets, const std::vector<int32_t>& tokens, int T) {
+  const int prompt = T - kDecodeSteps, block = kDecodeSteps / kBlocks;
   std::vector<MeasureCase> cases;
   for (DecodeSet& s : sets) {
-    Config c;
-    c.model = m;
-    c.train.precision = s.precision;
-    s.engine = std::make_unique<Engine>(c, EngineOptions(1, T).no_policy());
-    s.model = &s.engine->model;
-    for (int l = 0; l < L; l++)
-      for (int h = 0; h < H; h++) s.model->windows()[size_t(l) * H + h] = s.head_windows[h];
-    double wsum = 0;
-    for (int w : s.head_windows) wsum += double(w) / T;
-    s.window_ratio = wsum / H;
     DecodeSet* p = &s;
     cases.push_back({s.name + " prefill", [p, &tokens, prompt] { p->dec->prefill(tokens.data(), prompt); },
                      [p, T] {
@@ -78,17 +85,33 @@ int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& p
                        p->dec = std::make_unique<Decoder>(*p->model, T);
                      }});
   }
-  const int nsets = int(sets.size()), block = steps / kBlocks;
   for (int bi = 0; bi < kBlocks; bi++)
     for (DecodeSet& s : sets) {
       DecodeSet* p = &s;
       const int first = prompt + bi * block;
-      cases.push_back({s.name + " decode " + std::to_string(bi + 1), [p, &tokens, first, block, steps] {
+      cases.push_back({s.name + " decode " + std::to_string(bi + 1), [p, &tokens, first, block] {
                          for (int i = first; i < first + block; i++) p->dec->step(tokens[i]);
                          p->kv_bytes = double(p->dec->cache().bytes());
-                         p->decode_attn_pairs = p->dec->attention_pairs() / steps;
+                         p->decode_attn_pairs = p->dec->attention_pairs() / kDecodeSteps;
                        }});
     }
+  return cases;
+}
+
+}  // namespace
+
+int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& precisions) {
+  const ModelConfig m = bench_c_model();
+  const int steps = kDecodeSteps;
+  if (T < 2 * steps) fail("bench decode: --context ", T, " is too short (at least ", 2 * steps, ")");
+  const int prompt = T - steps;
+  std::vector<DecodeSet> sets = decode_sets(T, m.num_attention_heads, precisions);
+  Rng rng(1);
+  std::vector<int32_t> tokens(T);
+  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  for (DecodeSet& s : sets) decode_set_prepare(s, m, T);
+  const std::vector<MeasureCase> cases = decode_cases(sets, tokens, T);
+  const int nsets = int(sets.size());
   MeasureOptions mo = o.measure;
   for (int si = 1; si < nsets; si++) mo.ratios.push_back({si, 0});  // prefill time vs full's (decode: below)
   const MeasureResult res = measure_interleaved(cases, mo);

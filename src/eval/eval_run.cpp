@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "model/engine.h"
 #include "model/weights.h"
+#include "model/attention_work.h"
 #include "model/window_policy.h"
 
 namespace aah {

@@ -29,6 +29,7 @@
 #include "model/engine.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model/attention_work.h"
 #include "model/window_policy.h"
 #include "train/checkpoint.h"
 #include "train/grad_sync.h"
