@@ -5,7 +5,9 @@ timed the same way (median step after a warm-up). Debian's python3-torch (1.13) 
 attention is the usual dense masked softmax: T x T scores per head.
 
   /usr/bin/python3 bench/pytorch_baseline.py [--threads 2] [--steps 5] [--context 1024] [--windows full|mix]
-                                             [--max-gb 20] [--json]
+                                             [--precision fp32|bf16] [--max-gb 20] [--json]
+--precision bf16: the step under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 products, fp32 master weights
+and optimizer), PyTorch's mixed precision, beside `aah bench train --precision fp32,bf16`.
 --windows mix: per-head windows as the paper ran them, a dense (H, T, T) additive mask (the paper's final
 Full-adaptive mix: 4 x T/8, 2 x T/4, T/2, T per layer, as `aah bench train --windows mix`); the work is that of
 full attention whatever the windows. --max-gb caps the address space: a context that does not fit fails with
@@ -101,6 +103,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--windows", choices=["full", "mix"], default="full")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--max-gb", type=float, default=20.0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -111,7 +114,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     row = {"config": "bench-c", "impl": f"pytorch {torch.__version__}", "threads": a.threads, "context": T,
-           "batch": B, "windows": a.windows}
+           "batch": B, "windows": a.windows, "precision": a.precision}
     try:
         row.update(run(a))
         row["fits"] = True
@@ -128,7 +131,8 @@ def run(a):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(idx[:, :-1], idx[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(idx[:, :-1], idx[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
