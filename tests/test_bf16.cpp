@@ -127,19 +127,25 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   }
 }
 
+// 2 layers, width 64, 4 query heads x 16 over 2 KV heads, vocabulary V.
+ModelConfig small_model(int V) {
+  ModelConfig m;
+  m.hidden_size = 64;
+  m.intermediate_size = 96;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = V;
+  return m;
+}
+
 // A whole step (forward, loss, backward) on the bf16 backend against the double model on the same weights. Each
 // product rounds both operands once (relative error u = 2^-8 each); the model chains a handful of products per
 // layer, so the loss and the gradients move by a few u at most: bounded by 4u relative for the loss and 16u
 // (relative, gradient norm) for the gradients, and at least u/16 away (bf16 is really in use).
 TEST(Bf16, ModelStepAgainstDoubleWithinBf16Roundoff) {
-  ModelConfig cfg;
-  cfg.hidden_size = 64;
-  cfg.intermediate_size = 96;
-  cfg.num_hidden_layers = 2;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = 2;
-  cfg.head_dim = 16;
-  cfg.vocab_size = 37;
+  const ModelConfig cfg = small_model(37);
   const int B = 2, T = 40;
   Model<double> ref(cfg, B, T);
   Model<float> fast(cfg, B, T);
@@ -204,14 +210,7 @@ TEST(Bf16, DecodeMatchesEmulatedReferenceOnRingBuffers) {
 // roundoff of the fp32 forward: keys and values rounded once (u = 2^-8 relative each) move a logit by a few u of the
 // logits' scale; bounded at 8u. Not equal to the fp32 decoder's: the cache is really bf16.
 TEST(Bf16, DecoderKeepsItsCacheInBf16) {
-  ModelConfig cfg;
-  cfg.hidden_size = 64;
-  cfg.intermediate_size = 96;
-  cfg.num_hidden_layers = 2;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = 2;
-  cfg.head_dim = 16;
-  cfg.vocab_size = 50;
+  const ModelConfig cfg = small_model(50);
   const int T = 80, prompt = 30;
   Model<float> model(cfg, 1, T, false);
   model.init_weights(7);
