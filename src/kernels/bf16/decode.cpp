@@ -1,8 +1,9 @@
 // Decoding attention against bf16 rings (kernels/decode.h): scores = K q, softmax, out = V^T p, each stored bf16
 // value widened to fp32 in registers (a 16-bit shift; exact). Decoding at long context is bound by the bytes it
-// reads, which bf16 halves; the AVX2 path keeps the arithmetic under that bound: scores of 8 rows at a time with
-// one transposing reduction, and the weighted sum of V in registers. Head dims 32, 64 and 128 take it, others
-// (and builds without AVX2) the portable loops. Single-threaded: the decoder runs heads in parallel.
+// reads, which bf16 halves; the vector paths keep the arithmetic under that bound: scores of 8 (AVX2) or 16
+// (AVX-512) rows at a time with one transposing reduction, and the weighted sum of V in registers. Head dims 32, 64
+// and 128 take them, others (and builds without AVX2) the portable loops. Single-threaded: the decoder runs heads in
+// parallel.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -95,8 +96,96 @@ void ring_weighted_sum8(float* out, const float* p, const uint16_t* v, int first
 }
 #endif
 
+#ifdef AAH_AVX512
+// AVX-512: one 64-byte load holds 32 stored values; as 32-bit lanes, its even values are the low halves (shifted up
+// 16 bits: fp32) and its odd values the high halves (masked: fp32). q and the weighted sum are kept split the same
+// way (even and odd dimensions), so a row costs a load, two integer ops and two FMAs per 32 dimensions.
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -W(maybe-)uninitialized reports (GCC bug 105593).
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+inline __m512 evens(__m512i x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+inline __m512 odds(__m512i x) {
+  return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
+}
+inline __m512i load32(const uint16_t* p) {
+  return _mm512_loadu_si512(p);
+}
+
+// NC = D / 32 chunks of a row; 16 rows per reduction (each folded to 8 lanes, then lane_sums8 twice).
+template <int NC>
+void ring_scores16(float* scores, const float* q, const uint16_t* k, int first, int n, float scale) {
+  constexpr int D = 32 * NC;
+  alignas(64) float qs[2][D / 2];
+  for (int i = 0; i < D / 2; i++) qs[0][i] = q[2 * i], qs[1][i] = q[2 * i + 1];
+  __m512 qe[NC], qo[NC];
+  for (int c = 0; c < NC; c++) qe[c] = _mm512_load_ps(qs[0] + 16 * c), qo[c] = _mm512_load_ps(qs[1] + 16 * c);
+  const __m256 sv = _mm256_set1_ps(scale);
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256 half[16];
+    for (int r = 0; r < 16; r++) {
+      const uint16_t* row = k + int64_t(first + j + r) * D;
+      __m512i x = load32(row);
+      __m512 acc = _mm512_fmadd_ps(qo[0], odds(x), _mm512_mul_ps(qe[0], evens(x)));
+      for (int c = 1; c < NC; c++) {
+        x = load32(row + 32 * c);
+        acc = _mm512_fmadd_ps(qo[c], odds(x), _mm512_fmadd_ps(qe[c], evens(x), acc));
+      }
+      half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    }
+    _mm256_storeu_ps(scores + j, _mm256_mul_ps(lane_sums8(half), sv));
+    _mm256_storeu_ps(scores + j + 8, _mm256_mul_ps(lane_sums8(half + 8), sv));
+  }
+  ring_scores(scores + j, q, k, first + j, n - j, D, scale);
+}
+
+template <int NC>
+void ring_weighted_sum16(float* out, const float* p, const uint16_t* v, int first, int n) {
+  constexpr int D = 32 * NC;
+  __m512 e0[NC], o0[NC], e1[NC], o1[NC];  // even and odd dimensions of even and odd rows: independent chains
+  for (int c = 0; c < NC; c++)
+    e0[c] = _mm512_setzero_ps(), o0[c] = _mm512_setzero_ps(), e1[c] = _mm512_setzero_ps(), o1[c] = _mm512_setzero_ps();
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const uint16_t *r0 = v + int64_t(first + j) * D, *r1 = r0 + D;
+    const __m512 p0 = _mm512_set1_ps(p[j]), p1 = _mm512_set1_ps(p[j + 1]);
+    for (int c = 0; c < NC; c++) {
+      const __m512i x0 = load32(r0 + 32 * c), x1 = load32(r1 + 32 * c);
+      e0[c] = _mm512_fmadd_ps(p0, evens(x0), e0[c]), o0[c] = _mm512_fmadd_ps(p0, odds(x0), o0[c]);
+      e1[c] = _mm512_fmadd_ps(p1, evens(x1), e1[c]), o1[c] = _mm512_fmadd_ps(p1, odds(x1), o1[c]);
+    }
+  }
+  if (j < n) {
+    const uint16_t* r0 = v + int64_t(first + j) * D;
+    const __m512 p0 = _mm512_set1_ps(p[j]);
+    for (int c = 0; c < NC; c++) {
+      const __m512i x0 = load32(r0 + 32 * c);
+      e0[c] = _mm512_fmadd_ps(p0, evens(x0), e0[c]), o0[c] = _mm512_fmadd_ps(p0, odds(x0), o0[c]);
+    }
+  }
+  alignas(64) float es[16], os[16];
+  for (int c = 0; c < NC; c++) {
+    _mm512_store_ps(es, _mm512_add_ps(e0[c], e1[c]));
+    _mm512_store_ps(os, _mm512_add_ps(o0[c], o1[c]));
+    for (int i = 0; i < 16; i++) out[32 * c + 2 * i] += es[i], out[32 * c + 2 * i + 1] += os[i];
+  }
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 void scores_of(float* scores, const float* q, const uint16_t* k, int first, int n, int D, float scale) {
-#ifdef AAH_AVX2
+#ifdef AAH_AVX512
+  if (D == 32) return ring_scores16<1>(scores, q, k, first, n, scale);
+  if (D == 64) return ring_scores16<2>(scores, q, k, first, n, scale);
+  if (D == 128) return ring_scores16<4>(scores, q, k, first, n, scale);
+#elif defined(AAH_AVX2)
   if (D == 32) return ring_scores8<4>(scores, q, k, first, n, scale);
   if (D == 64) return ring_scores8<8>(scores, q, k, first, n, scale);
   if (D == 128) return ring_scores8<16>(scores, q, k, first, n, scale);
@@ -105,7 +194,11 @@ void scores_of(float* scores, const float* q, const uint16_t* k, int first, int 
 }
 
 void weighted_sum_of(float* out, const float* p, const uint16_t* v, int first, int n, int D) {
-#ifdef AAH_AVX2
+#ifdef AAH_AVX512
+  if (D == 32) return ring_weighted_sum16<1>(out, p, v, first, n);
+  if (D == 64) return ring_weighted_sum16<2>(out, p, v, first, n);
+  if (D == 128) return ring_weighted_sum16<4>(out, p, v, first, n);
+#elif defined(AAH_AVX2)
   if (D == 32) return ring_weighted_sum8<4>(out, p, v, first, n);
   if (D == 64) return ring_weighted_sum8<8>(out, p, v, first, n);
   if (D == 128) return ring_weighted_sum8<16>(out, p, v, first, n);
