@@ -104,6 +104,29 @@ TEST(Bf16, MatmulForwardOfOneRowIsTheFp32Product) {
   EXPECT_EQ(0, std::memcmp(out.data(), fp32.data(), out.size() * 4));
 }
 
+// The decoder's products with weights stored in bf16 (matmul_forward_bf16w): one row keeps x in fp32 and widens the
+// weights (matvec), more rows round x as well (oneDNN). Both against the reference on the widened weights, within
+// the fp32 summation bound; lengths on the vector path (multiples of 32 up to 2048) and off it, rows on and off
+// its blocks of 16.
+TEST(Bf16, ProductsWithBf16WeightsMatchWidenedReference) {
+  for (int C : {5, 32, 64, 96, 256, 704, 2080})
+    for (int OC : {1, 15, 16, 17, 100})
+      for (int N : {1, 3}) {
+        const std::vector<float> inp = random_vector(size_t(N) * C, C + OC), wf = random_vector(size_t(OC) * C, 7 + C);
+        std::vector<uint16_t> w(wf.size());
+        bf16::convert(w.data(), wf.data(), w.size());
+        std::vector<float> out(size_t(N) * OC, -1.0f);
+        bf16::matmul_forward_bf16w(out.data(), inp.data(), w.data(), N, C, OC);
+        const std::vector<double> inp_d = N == 1 ? std::vector<double>(inp.begin(), inp.end()) : emulated(inp);
+        std::vector<double> want(out.size()), abs_sum(out.size());
+        ref::matmul_forward_bf16w<double>(want.data(), inp_d.data(), w.data(), N, C, OC);
+        ref::matmul_forward<double>(abs_sum.data(), magnitudes(inp_d).data(), magnitudes(emulated(wf)).data(), N, C,
+                                    OC);
+        SCOPED_TRACE("C=" + std::to_string(C) + " OC=" + std::to_string(OC) + " N=" + std::to_string(N));
+        expect_within_fp32_sum_bound(out, want, abs_sum, C, "out");
+      }
+}
+
 TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   for (const Shape& s : kShapes) {
     const std::vector<float> inp = random_vector(size_t(s.N) * s.C, 3), w = random_vector(size_t(s.OC) * s.C, 4),
@@ -206,9 +229,9 @@ TEST(Bf16, DecodeMatchesEmulatedReferenceOnRingBuffers) {
     }
 }
 
-// The decoder on the bf16 backend keeps its KV cache in bf16 (half the bytes) and its logits stay within bf16's
-// roundoff of the fp32 forward: keys and values rounded once (u = 2^-8 relative each) move a logit by a few u of the
-// logits' scale; bounded at 8u. Not equal to the fp32 decoder's: the cache is really bf16.
+// The decoder on the bf16 backend keeps its KV cache and its weight matrices in bf16 (half the bytes) and its logits
+// stay within bf16's roundoff of the fp32 forward: keys, values and weights rounded once (u = 2^-8 relative each)
+// move a logit by a few u of the logits' scale; bounded at 8u. Not equal to the fp32 decoder's: both are really bf16.
 TEST(Bf16, DecoderKeepsItsCacheInBf16) {
   const ModelConfig cfg = small_model(50);
   const int T = 80, prompt = 30;
@@ -220,11 +243,13 @@ TEST(Bf16, DecoderKeepsItsCacheInBf16) {
   for (auto& t : tokens) t = int32_t(r.below(cfg.vocab_size));
   std::vector<float> full(size_t(T) * cfg.vocab_size);
   model.forward_logits(tokens.data(), 1, T, full.data());
-  const size_t fp32_bytes = Decoder(model, T).cache().bytes();
+  const Decoder fp32_decoder(model, T);
+  const size_t fp32_bytes = fp32_decoder.cache().bytes(), fp32_matrix_bytes = fp32_decoder.matrix_bytes();
   model.backend = &backend_named("local-bf16");
   Decoder dec(model, T);
   EXPECT_TRUE(dec.cache().bf16);
   EXPECT_EQ(dec.cache().bytes() * 2, fp32_bytes);
+  EXPECT_EQ(dec.matrix_bytes() * 2, fp32_matrix_bytes);  // its weight matrices in bf16 too
   const int V = cfg.vocab_size;
   const double u = 0x1p-8;
   double largest_diff = 0;

@@ -27,7 +27,7 @@ struct DecodeSet {
   std::unique_ptr<Engine> engine;  // its model: weights from seed 0, windows set by hand
   Model<float>* model = nullptr;
   std::unique_ptr<Decoder> dec;
-  std::string precision = "fp32";  // bf16: train.precision=bf16, whose decoder keeps a bf16 KV cache
+  std::string precision = "fp32";  // bf16: train.precision=bf16, whose decoder keeps its KV cache and weights in bf16
   double kv_bytes = 0, decode_attn_pairs = 0, window_ratio = 1;
 };
 
@@ -125,11 +125,12 @@ int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& p
   const double lim = res.spread_limit;
   // A decode step is memory-bound: it reads every weight once (the tied embedding as the output layer) and the
   // K and V rows of every visible pair. Predicted time ratio = bytes read with the set / bytes read with full.
-  // A bf16 cache holds 2 bytes per value; the weights stay fp32 in decoding (one-row products, kernels/bf16/bf16.h).
+  // At bf16 the decoder holds its weight matrices and its cache in bf16, 2 bytes per value (the norms' few weights,
+  // fp32, counted at 2 as well).
   auto bytes_read = [&](const DecodeSet& s) {
-    const double kv_value_bytes = s.precision == "bf16" ? 2 : sizeof(float);
-    return double(sets[0].model->num_params()) * sizeof(float) +
-           s.decode_attn_pairs * 2.0 * m.head_dim * kv_value_bytes * m.num_key_value_heads / m.num_attention_heads;
+    const double value_bytes = s.precision == "bf16" ? 2 : sizeof(float);
+    return double(sets[0].model->num_params()) * value_bytes +
+           s.decode_attn_pairs * 2.0 * m.head_dim * value_bytes * m.num_key_value_heads / m.num_attention_heads;
   };
   bool any_flag = false;
   for (size_t si = 0; si < sets.size(); si++) {
@@ -182,7 +183,7 @@ int bench_decode(const BenchOptions& o, int T, const std::vector<std::string>& p
   if (!o.json) {
     std::printf(
         "predicted: memory-bound time ratio = bytes read per decoded token (weights %.1f MB once, plus K and V "
-        "of the visible pairs, 2 bytes a value in a bf16 cache) / the same with full fp32 windows\n",
+        "of the visible pairs; at bf16 weights and cache take 2 bytes a value) / the same with full fp32 windows\n",
         double(sets[0].model->num_params()) * sizeof(float) / 1e6);
     if (any_flag) print_flag_note(lim);
   }

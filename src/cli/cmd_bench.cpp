@@ -109,7 +109,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   static std::vector<std::string> decode_precisions = {"fp32"};
   dc->add_option("--precision", decode_precisions,
                  "fp32 (always timed: the reference) and bf16: both window sets again at train.precision=bf16, whose "
-                 "decoder keeps a bf16 KV cache (half the bytes), interleaved, e.g. fp32,bf16")
+                 "decoder keeps its KV cache and weight matrices in bf16 (half the bytes), interleaved, e.g. fp32,bf16")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();

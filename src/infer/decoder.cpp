@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/backend.h"
+#include "kernels/bf16/bf16.h"
 
 namespace aah {
 
@@ -26,6 +27,46 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   logits_.resize(m.vocab_size);
   scores_.resize(H * max_positions);  // one row per head (heads run in parallel)
   order_.resize(H);
+  if (model.backend->bf16) round_weights();
+}
+
+void Decoder::round_weights() {
+  const ModelConfig& m = model_.config();
+  const Params<float>& p = model_.params();
+  const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
+               QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
+  const size_t per_layer = QKV * C + C * HD + 2 * F * C + C * F;
+  w16_.resize(per_layer * m.num_hidden_layers + size_t(m.vocab_size) * C);
+  uint16_t* at = w16_.data();
+  auto rounded = [&at](const float* w, size_t n) {
+    bf16::convert(at, w, n);
+    return (at += n) - n;
+  };
+  for (int l = 0; l < m.num_hidden_layers; l++) {
+    const LayerWeights<float> w = p.layer(l);
+    layers16_.push_back({.wqkv = rounded(w.wqkv, QKV * C),
+                         .wo = rounded(w.wo, C * HD),
+                         .w_gate_up = rounded(w.w_gate_up, 2 * F * C),
+                         .w_down = rounded(w.w_down, C * F)});
+  }
+  lm_head16_ = rounded(p.lm_head, size_t(m.vocab_size) * C);
+}
+
+size_t Decoder::matrix_bytes() const {
+  const ModelConfig& m = model_.config();
+  const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
+               QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
+  const size_t values = (QKV * C + C * HD + 3 * F * C) * m.num_hidden_layers + size_t(m.vocab_size) * C;
+  return values * (w16_.empty() ? sizeof(float) : sizeof(uint16_t));
+}
+
+// logits_ = x lm_head^T for one row x (the bf16 copy where the decoder keeps one).
+void Decoder::logits_of(const float* x) {
+  const ModelConfig& m = model_.config();
+  if (lm_head16_)
+    model_.backend->matmul_forward_bf16w(logits_.data(), x, lm_head16_, 1, m.hidden_size, m.vocab_size);
+  else
+    model_.backend->matmul_forward(logits_.data(), x, model_.params().lm_head, 1, m.hidden_size, m.vocab_size);
 }
 
 const float* Decoder::prefill(const int32_t* tokens, int n) {
@@ -50,8 +91,7 @@ const float* Decoder::prefill(const int32_t* tokens, int n) {
     const float* hidden = model_.forward_hidden(tokens, 1, chunk);
     model_.before_attention = saved;
     (void)L;
-    model_.backend->matmul_forward(logits_.data(), hidden + size_t(chunk - 1) * C, model_.params().lm_head, 1, C,
-                                   m.vocab_size);
+    logits_of(hidden + size_t(chunk - 1) * C);
     cache_.length = chunk;
   }
   const float* out = logits_.data();
@@ -73,7 +113,8 @@ const float* Decoder::step(int32_t token) {
   std::memcpy(a_.x, p.embed + size_t(token) * C, C * sizeof(float));
   for (int l = 0; l < L; l++) {
     const LayerWeights<float> w = p.layer(l);
-    layer_forward_pre_attention(be, a_, w, m, 1, 1, cos_, sin_);
+    const LayerWeights16* w16 = layers16_.empty() ? nullptr : &layers16_[l];
+    layer_forward_pre_attention(be, a_, w, m, 1, 1, cos_, sin_, w16);
     for (int hk = 0; hk < Hkv; hk++) cache_.store(l, hk, pos, a_.k + size_t(hk) * D, a_.v + size_t(hk) * D);
     // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring. Heads run in
     // parallel, longest first, so one long head does not end up last on a thread (windows differ up to 8x).
@@ -96,10 +137,10 @@ const float* Decoder::step(int32_t token) {
       pairs += n;
     }
     pairs_ += pairs;
-    layer_forward_post_attention(be, a_, w, m, 1, 1);
+    layer_forward_post_attention(be, a_, w, m, 1, 1, w16);
   }
   be.rmsnorm_forward(lnf_, rstdf_, a_.x, p.norm_f, 1, C, float(m.rms_norm_eps));
-  be.matmul_forward(logits_.data(), lnf_, p.lm_head, 1, C, V);
+  logits_of(lnf_);
   cache_.length = pos + 1;
   return logits_.data();
 }

@@ -26,6 +26,8 @@ class Decoder {
   int position() const { return cache_.length; }
   int max_positions() const { return max_positions_; }
   double attention_pairs() const { return pairs_; }  // (query, key) pairs attended in step()
+  // Bytes of weight matrices a step reads: 2 per value on a bf16 backend (copies rounded at construction), else 4.
+  size_t matrix_bytes() const;
 
  private:
   Model<float>& model_;
@@ -39,6 +41,13 @@ class Decoder {
   Buffer<float> buf_;           // everything above, one allocation
   std::vector<float> logits_, scores_;
   std::vector<int> order_;  // (H) heads in order of decreasing window
+  // On a bf16 backend: every weight matrix rounded to bf16 once, at construction (the model's weights then), which
+  // the products read instead of the fp32 ones; empty otherwise.
+  std::vector<uint16_t> w16_;
+  std::vector<LayerWeights16> layers16_;  // (L) views into w16_
+  const uint16_t* lm_head16_ = nullptr;
+  void round_weights();
+  void logits_of(const float* x);
   double pairs_ = 0;
 };
 

@@ -25,14 +25,25 @@ void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta) {
     }
 }
 
+// out = inp w^T, reading w's bf16 copy w16 where the caller keeps one.
+template <class real>
+static void weight_product(const Backend<real>& be, real* out, const real* inp, const real* w, const uint16_t* w16,
+                           int N, int C, int OC) {
+  if (w16)
+    be.matmul_forward_bf16w(out, inp, w16, N, C, OC);
+  else
+    be.matmul_forward(out, inp, w, N, C, OC);
+}
+
 template <class real>
 void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
-                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin) {
+                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin,
+                                 const LayerWeights16* w16) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
             QKV = (H + 2 * Hkv) * D;
   const float eps = float(m.rms_norm_eps);
   be.rmsnorm_forward(a.ln1, a.rstd1, a.x, w.ln1, N, C, eps);
-  be.matmul_forward(a.qkv, a.ln1, w.wqkv, N, C, QKV);
+  weight_product(be, a.qkv, a.ln1, w.wqkv, w16 ? w16->wqkv : nullptr, N, C, QKV);
   be.qkv_split_forward(a.q_pre, a.k_pre, a.v, a.qkv, B, T, H, Hkv, D);
   if (m.qk_norm) {
     be.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, w.q_norm, N * H, D, eps);
@@ -47,19 +58,19 @@ void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>&
 
 template <class real>
 void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
-                                  const ModelConfig& m, int B, int T) {
+                                  const ModelConfig& m, int B, int T, const LayerWeights16* w16) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, D = m.head_dim, F = m.intermediate_size;
   const size_t NC = size_t(N) * C;
   const float eps = float(m.rms_norm_eps);
   // attention half: xa = x + o_proj(merge(att))
   be.heads_merge_forward(a.merged, a.att, B, H, T, D);
-  be.matmul_forward(a.xa, a.merged, w.wo, N, H * D, C);
+  weight_product(be, a.xa, a.merged, w.wo, w16 ? w16->wo : nullptr, N, H * D, C);
   residual_add(a.xa, a.x, NC);
   // MLP half: x_out = xa + down(swiglu(gate_up(rmsnorm(xa))))
   be.rmsnorm_forward(a.ln2, a.rstd2, a.xa, w.ln2, N, C, eps);
-  be.matmul_forward(a.h, a.ln2, w.w_gate_up, N, C, 2 * F);
+  weight_product(be, a.h, a.ln2, w.w_gate_up, w16 ? w16->w_gate_up : nullptr, N, C, 2 * F);
   be.swiglu_forward(a.act, a.h, N, F);
-  be.matmul_forward(a.x_out, a.act, w.w_down, N, F, C);
+  weight_product(be, a.x_out, a.act, w.w_down, w16 ? w16->w_down : nullptr, N, F, C);
   residual_add(a.x_out, a.xa, NC);
 }
 
@@ -107,9 +118,10 @@ void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch
   template void rope_angles<real>(real*, real*, int, int, int, double);                                       \
   template void layer_forward_pre_attention<real>(const Backend<real>&, const LayerActs<real>&,               \
                                                   const LayerWeights<real>&, const ModelConfig&, int, int,    \
-                                                  const real*, const real*);                                  \
+                                                  const real*, const real*, const LayerWeights16*);           \
   template void layer_forward_post_attention<real>(const Backend<real>&, const LayerActs<real>&,              \
-                                                   const LayerWeights<real>&, const ModelConfig&, int, int);  \
+                                                   const LayerWeights<real>&, const ModelConfig&, int, int,   \
+                                                   const LayerWeights16*);                                    \
   template void layer_backward_post_attention<real>(const Backend<real>&, const BackwardScratch<real>&,       \
                                                     const LayerWeights<real>&, const LayerActs<real>&,        \
                                                     const LayerWeights<real>&, const ModelConfig&, int, int); \

@@ -30,6 +30,15 @@ struct LayerWeights {
   real* w_down;     // (C, F)
 };
 
+// The same layer's matrices rounded to bf16 once, kept by the decoder on a bf16 backend (the forward products then
+// read half the bytes: matmul_forward_bf16w).
+struct LayerWeights16 {
+  const uint16_t* wqkv;
+  const uint16_t* wo;
+  const uint16_t* w_gate_up;
+  const uint16_t* w_down;
+};
+
 // One layer's activations for a micro-batch of N = B*T rows, from Activations::layer(l, slot, N). The attention
 // kernel reads q, k, v and writes att (and lse); qkv and merged are scratch shared by all layers.
 template <class real>
@@ -77,15 +86,17 @@ template <class real>
 void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta);
 
 // rmsnorm -> qkv -> split heads -> qk-norm -> RoPE: fills ln1, rstd1, qkv, q_pre, k_pre, rstd_q, rstd_k, q, k, v.
-// rope_cos, rope_sin (T, D/2): the angles of the T positions.
+// rope_cos, rope_sin (T, D/2): the angles of the T positions. With w16, the products read w16's matrices instead
+// of w's (both forward halves).
 template <class real>
 void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
-                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin);
+                                 const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin,
+                                 const LayerWeights16* w16 = nullptr);
 // merge heads -> o_proj -> + x -> rmsnorm -> gate_up -> swiglu -> down -> + xa: reads att, fills merged, xa,
 // rstd2, ln2, h, act, x_out.
 template <class real>
 void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
-                                  const ModelConfig& m, int B, int T);
+                                  const ModelConfig& m, int B, int T, const LayerWeights16* w16 = nullptr);
 // Backward of the post-attention part: from d.dres = d(x_out), accumulates the MLP's, ln2's and o_proj's
 // gradients into g, adds the MLP branch to d.dres (now d(xa)) and leaves d(att) in d.dq_pre.
 template <class real>

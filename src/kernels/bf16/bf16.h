@@ -45,6 +45,13 @@ inline std::string isa() {
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC);
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C, int OC);
 
+// The forward product with w (OC, C) already bf16 (the decoder's weights, rounded once): out (N, OC) = inp w^T.
+// One row (a decoding step) runs matvec, inp staying fp32; more rows round inp and run on oneDNN.
+void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int C, int OC);
+// out[r] = x . w[r] for `rows` rows of `len` bf16 values (kernels/bf16/decode.cpp); threads share the rows when
+// there are many.
+void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);
+
 // c (M, N) = a (M, K) b^T, b stored (N, K), both already bf16: oneDNN's product alone, the benches' reference rate.
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K);
 

@@ -116,31 +116,42 @@ inline __m512i load32(const uint16_t* p) {
   return _mm512_loadu_si512(p);
 }
 
-// NC = D / 32 chunks of a row; 16 rows per reduction (each folded to 8 lanes, then lane_sums8 twice).
+// Row r of 16 (at rows + r ld) dotted with x, whose even and odd values are xe[c], xo[c] for its nc chunks of 32;
+// out[r] = scale * the sum (each row folded to 8 lanes, then two transposing reductions).
+__attribute__((always_inline)) inline void dot16_rows(float* out, const __m512* xe, const __m512* xo, int nc,
+                                                      const uint16_t* rows, int64_t ld, float scale) {
+  __m256 half[16];
+  for (int r = 0; r < 16; r++) {
+    const uint16_t* row = rows + r * ld;
+    __m512i x = load32(row);
+    __m512 acc = _mm512_fmadd_ps(xo[0], odds(x), _mm512_mul_ps(xe[0], evens(x)));
+    for (int c = 1; c < nc; c++) {
+      x = load32(row + 32 * c);
+      acc = _mm512_fmadd_ps(xo[c], odds(x), _mm512_fmadd_ps(xe[c], evens(x), acc));
+    }
+    half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  }
+  const __m256 sv = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(out, _mm256_mul_ps(lane_sums8(half), sv));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(lane_sums8(half + 8), sv));
+}
+// xe[c], xo[c] = the even and odd values of x's chunk c (32 values) for nc chunks.
+inline void split_even_odd(__m512* xe, __m512* xo, const float* x, int nc) {
+  alignas(64) float e[16], o[16];
+  for (int c = 0; c < nc; c++) {
+    for (int i = 0; i < 16; i++) e[i] = x[32 * c + 2 * i], o[i] = x[32 * c + 2 * i + 1];
+    xe[c] = _mm512_load_ps(e), xo[c] = _mm512_load_ps(o);
+  }
+}
+
+// NC = D / 32 chunks of a row.
 template <int NC>
 void ring_scores16(float* scores, const float* q, const uint16_t* k, int first, int n, float scale) {
   constexpr int D = 32 * NC;
-  alignas(64) float qs[2][D / 2];
-  for (int i = 0; i < D / 2; i++) qs[0][i] = q[2 * i], qs[1][i] = q[2 * i + 1];
   __m512 qe[NC], qo[NC];
-  for (int c = 0; c < NC; c++) qe[c] = _mm512_load_ps(qs[0] + 16 * c), qo[c] = _mm512_load_ps(qs[1] + 16 * c);
-  const __m256 sv = _mm256_set1_ps(scale);
+  split_even_odd(qe, qo, q, NC);
   int j = 0;
-  for (; j + 16 <= n; j += 16) {
-    __m256 half[16];
-    for (int r = 0; r < 16; r++) {
-      const uint16_t* row = k + int64_t(first + j + r) * D;
-      __m512i x = load32(row);
-      __m512 acc = _mm512_fmadd_ps(qo[0], odds(x), _mm512_mul_ps(qe[0], evens(x)));
-      for (int c = 1; c < NC; c++) {
-        x = load32(row + 32 * c);
-        acc = _mm512_fmadd_ps(qo[c], odds(x), _mm512_fmadd_ps(qe[c], evens(x), acc));
-      }
-      half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    }
-    _mm256_storeu_ps(scores + j, _mm256_mul_ps(lane_sums8(half), sv));
-    _mm256_storeu_ps(scores + j + 8, _mm256_mul_ps(lane_sums8(half + 8), sv));
-  }
+  for (; j + 16 <= n; j += 16) dot16_rows(scores + j, qe, qo, NC, k + int64_t(first + j) * D, D, scale);
   ring_scores(scores + j, q, k, first + j, n - j, D, scale);
 }
 
@@ -174,6 +185,19 @@ void ring_weighted_sum16(float* out, const float* p, const uint16_t* v, int firs
     _mm512_store_ps(os, _mm512_add_ps(o0[c], o1[c]));
     for (int i = 0; i < 16; i++) out[32 * c + 2 * i] += es[i], out[32 * c + 2 * i + 1] += os[i];
   }
+}
+// matvec (below) for rows of 32 nc values, nc <= kMatvecChunks (x kept split in registers and L1).
+constexpr int kMatvecChunks = 64;
+void matvec16(float* out, const float* x, const uint16_t* w, int rows, int nc) {
+  const int blocks = rows / 16;
+#pragma omp parallel if (int64_t(rows) * nc >= (1 << 13))
+  {
+    __m512 xe[kMatvecChunks], xo[kMatvecChunks];
+    split_even_odd(xe, xo, x, nc);
+#pragma omp for schedule(static)
+    for (int b = 0; b < blocks; b++) dot16_rows(out + 16 * b, xe, xo, nc, w + int64_t(16 * b) * 32 * nc, 32 * nc, 1.0f);
+  }
+  ring_scores(out + 16 * blocks, x, w, 16 * blocks, rows - 16 * blocks, 32 * nc, 1.0f);
 }
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -221,6 +245,13 @@ void attn_decode_forward(float* out, const float* q, const uint16_t* k, const ui
   std::fill(out, out + D, 0.0f);
   weighted_sum_of(out, scores, v, start, n1, D);
   weighted_sum_of(out, scores + n1, v, 0, n2, D);
+}
+
+void matvec(float* out, const float* x, const uint16_t* w, int rows, int len) {
+#ifdef AAH_AVX512
+  if (len % 32 == 0 && len / 32 <= kMatvecChunks) return matvec16(out, x, w, rows, len / 32);
+#endif
+  ring_scores(out, x, w, 0, rows, len, 1.0f);
 }
 
 }  // namespace aah::bf16

@@ -115,6 +115,11 @@ void matmul_forward(float* out, const float* inp, const float* w, int N, int C, 
   run({N, OC, C, Dims{C, 1}, Dims{1, C}, false}, a, b, out);
 }
 
+void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int C, int OC) {
+  if (N == 1) return matvec(out, inp, w, OC, C);
+  run({N, OC, C, Dims{C, 1}, Dims{1, C}, false}, rounded_copy(scratch_a, inp, size_t(N) * C), w, out);
+}
+
 // dinp (N, C) = dout (N, OC) w (OC, C); dw (OC, C) += dout^T (OC, N) inp (N, C).
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
                      int OC) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace aah::ref {
 
@@ -56,6 +58,19 @@ void matmul_forward(T* out, const T* inp, const T* w, int N, int C, int OC) {
       for (int c = 0; c < C; c++) s += inp[(int64_t)n * C + c] * w[(int64_t)o * C + c];
       out[(int64_t)n * OC + o] = s;
     }
+}
+
+// The forward product with w stored in bf16 (matmul_forward_bf16w): each weight widened (exact), then the above.
+template <class T>
+void matmul_forward_bf16w(T* out, const T* inp, const uint16_t* w, int N, int C, int OC) {
+  std::vector<T> wide(size_t(OC) * C);
+  for (size_t i = 0; i < wide.size(); i++) {
+    const uint32_t u = uint32_t(w[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    wide[i] = T(f);
+  }
+  matmul_forward<T>(out, inp, wide.data(), N, C, OC);
 }
 
 template <class T>
