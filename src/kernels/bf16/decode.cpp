@@ -112,6 +112,9 @@ inline __m512 evens(__m512i x) {
 inline __m512 odds(__m512i x) {
   return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
 }
+inline __m256 upper_half(__m512 x) {  // AVX-512F alone (_mm512_extractf32x8_ps needs DQ)
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+}
 inline __m512i load32(const uint16_t* p) {
   return _mm512_loadu_si512(p);
 }
@@ -129,7 +132,7 @@ __attribute__((always_inline)) inline void dot16_rows(float* out, const __m512* 
       x = load32(row + 32 * c);
       acc = _mm512_fmadd_ps(xo[c], odds(x), _mm512_fmadd_ps(xe[c], evens(x), acc));
     }
-    half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    half[r] = _mm256_add_ps(_mm512_castps512_ps256(acc), upper_half(acc));
   }
   const __m256 sv = _mm256_set1_ps(scale);
   _mm256_storeu_ps(out, _mm256_mul_ps(lane_sums8(half), sv));
