@@ -41,7 +41,8 @@ inline std::string isa() {
 }
 
 // The products of kernels/ops.h in bf16 (same shapes and conventions as cpu::matmul_forward/backward); a one-row
-// forward (decoding) runs the fp32 product.
+// forward runs the fp32 product (rounding all of w for one row would read more than the product does; the decoder
+// keeps its weights rounded once and calls matmul_forward_bf16w instead).
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC);
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C, int OC);
 
