@@ -30,13 +30,24 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   if (model.backend->bf16) round_weights();
 }
 
+namespace {
+// The weight matrices' sizes: wqkv (QKV, C), wo (C, HD), w_gate_up (2F, C), w_down (C, F); the LM head (V, C).
+struct MatrixSizes {
+  size_t qkv, o, gate_up, down, lm_head;
+  explicit MatrixSizes(const ModelConfig& m) {
+    const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
+                 QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
+    qkv = QKV * C, o = C * HD, gate_up = 2 * F * C, down = C * F, lm_head = size_t(m.vocab_size) * C;
+  }
+  size_t total(int layers) const { return (qkv + o + gate_up + down) * layers + lm_head; }
+};
+}  // namespace
+
 void Decoder::round_weights() {
   const ModelConfig& m = model_.config();
   const Params<float>& p = model_.params();
-  const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
-               QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
-  const size_t per_layer = QKV * C + C * HD + 2 * F * C + C * F;
-  w16_.resize(per_layer * m.num_hidden_layers + size_t(m.vocab_size) * C);
+  const MatrixSizes n(m);
+  w16_.resize(n.total(m.num_hidden_layers));
   uint16_t* at = w16_.data();
   auto rounded = [&at](const float* w, size_t n) {
     bf16::convert(at, w, n);
@@ -44,20 +55,17 @@ void Decoder::round_weights() {
   };
   for (int l = 0; l < m.num_hidden_layers; l++) {
     const LayerWeights<float> w = p.layer(l);
-    layers16_.push_back({.wqkv = rounded(w.wqkv, QKV * C),
-                         .wo = rounded(w.wo, C * HD),
-                         .w_gate_up = rounded(w.w_gate_up, 2 * F * C),
-                         .w_down = rounded(w.w_down, C * F)});
+    layers16_.push_back({.wqkv = rounded(w.wqkv, n.qkv),
+                         .wo = rounded(w.wo, n.o),
+                         .w_gate_up = rounded(w.w_gate_up, n.gate_up),
+                         .w_down = rounded(w.w_down, n.down)});
   }
-  lm_head16_ = rounded(p.lm_head, size_t(m.vocab_size) * C);
+  lm_head16_ = rounded(p.lm_head, n.lm_head);
 }
 
 size_t Decoder::matrix_bytes() const {
   const ModelConfig& m = model_.config();
-  const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
-               QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
-  const size_t values = (QKV * C + C * HD + 3 * F * C) * m.num_hidden_layers + size_t(m.vocab_size) * C;
-  return values * (w16_.empty() ? sizeof(float) : sizeof(uint16_t));
+  return MatrixSizes(m).total(m.num_hidden_layers) * (w16_.empty() ? sizeof(float) : sizeof(uint16_t));
 }
 
 // logits_ = x lm_head^T for one row x (the bf16 copy where the decoder keeps one).
