@@ -100,12 +100,7 @@ void ring_weighted_sum8(float* out, const float* p, const uint16_t* v, int first
 // AVX-512: one 64-byte load holds 32 stored values; as 32-bit lanes, its even values are the low halves (shifted up
 // 16 bits: fp32) and its odd values the high halves (masked: fp32). q and the weighted sum are kept split the same
 // way (even and odd dimensions), so a row costs a load, two integer ops and two FMAs per 32 dimensions.
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -W(maybe-)uninitialized reports (GCC bug 105593).
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+AAH_AVX512_WARNINGS_OFF
 inline __m512 evens(__m512i x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
@@ -202,9 +197,7 @@ void matvec16(float* out, const float* x, const uint16_t* w, int rows, int nc) {
   }
   ring_scores(out + 16 * blocks, x, w, 16 * blocks, rows - 16 * blocks, 32 * nc, 1.0f);
 }
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AAH_AVX512_WARNINGS_ON
 #endif
 
 void scores_of(float* scores, const float* q, const uint16_t* k, int first, int n, int D, float scale) {

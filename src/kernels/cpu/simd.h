@@ -44,12 +44,18 @@ struct Vec8 {
 };
 #endif
 #ifdef AAH_AVX512
-// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -W(maybe-)uninitialized reports (GCC bug 105593).
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+// GCC 12's AVX-512 intrinsics pass an "undefined" vector that -W(maybe-)uninitialized reports (GCC bug 105593):
+// code that calls them sits between AAH_AVX512_WARNINGS_OFF and AAH_AVX512_WARNINGS_ON.
+#if defined(__clang__)
+#define AAH_AVX512_WARNINGS_OFF
+#define AAH_AVX512_WARNINGS_ON
+#else
+#define AAH_AVX512_WARNINGS_OFF                                                              \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define AAH_AVX512_WARNINGS_ON _Pragma("GCC diagnostic pop")
 #endif
+AAH_AVX512_WARNINGS_OFF
 struct Vec16 {
   using T = __m512;
   static constexpr int kWidth = 16;
@@ -74,8 +80,6 @@ struct Vec16 {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(bound), _CMP_GE_OQ), a);
   }
 };
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AAH_AVX512_WARNINGS_ON
 #endif
 }  // namespace aah::cpu
