@@ -411,6 +411,9 @@ TEST(BenchPrecision, TrainAndDecodeTimeBf16BesideFp32) {
   // the same pairs as fp32's set: only the bytes per value differ
   EXPECT_DOUBLE_EQ(rows[3]["decode_attention_pairs_per_token"].get<double>(),
                    rows[1]["decode_attention_pairs_per_token"].get<double>());
+  // The decoder holds weights and cache in bf16, so the bytes it reads, and the predicted time, halve.
+  EXPECT_NEAR(rows[2]["predicted_time_ratio"].get<double>(), 0.5, 1e-12);
+  EXPECT_NEAR(rows[3]["predicted_time_ratio"].get<double>(), rows[1]["predicted_time_ratio"].get<double>() / 2, 1e-12);
 }
 
 // OpenBLAS's core type (core/sys.h): a core without AVX2 kernels on a CPU with AVX2/FMA or AVX-512 is replaced;
