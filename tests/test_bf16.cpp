@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "helpers.h"
 #include "kernels/backend.h"
 #include "infer/decoder.h"
 #include "kernels/bf16/bf16.h"
@@ -150,18 +151,7 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   }
 }
 
-// 2 layers, width 64, 4 query heads x 16 over 2 KV heads, vocabulary V.
-ModelConfig small_model(int V) {
-  ModelConfig m;
-  m.hidden_size = 64;
-  m.intermediate_size = 96;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = V;
-  return m;
-}
+using test::small_model;
 
 // A whole step (forward, loss, backward) on the bf16 backend against the double model on the same weights. Each
 // product rounds both operands once (relative error u = 2^-8 each); the model chains a handful of products per

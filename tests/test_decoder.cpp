@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "helpers.h"
 #include "infer/decoder.h"
 #include "model/model.h"
 #include "model/window_policy.h"
@@ -13,15 +14,7 @@ namespace aah {
 namespace {
 
 ModelConfig small_config() {
-  ModelConfig m;
-  m.hidden_size = 64;
-  m.intermediate_size = 96;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 50;
-  return m;
+  return test::small_model(50);
 }
 
 void check_decoder_matches_forward(Model<float>& model, int prompt, int total, uint64_t seed) {
