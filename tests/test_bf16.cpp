@@ -151,6 +151,110 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   }
 }
 
+// bf16 attention (AMX tile products, kernels/bf16/attention.cpp) against the double reference on the operands the
+// kernel rounds: q / sqrt(D), k, v and dO rounded to bf16 as the kernel rounds them, so that what is left is the
+// kernel's own rounding of P and dS to bf16 (u / 2 relative each, u = 2^-8) and its fp32 sums. Bounded normwise per
+// tensor: out within u, the gradients within 4u (dS carries P's rounding into dQ and dK), and at least u / 64 away
+// from the fp32 kernel's result (bf16 is really in use). Shapes: T a multiple of the 64-row tile and not, windows
+// from 1 to more than T, grouped heads, head dims 32, 64, 128. The tile visits match the fp32 kernel's.
+struct AttnCase {
+  int B, H, Hkv, T, D;
+  std::vector<int> window;
+};
+double rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); i++) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  return std::sqrt(num / den);
+}
+double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  return rel_error(got, std::vector<double>(want.begin(), want.end()));
+}
+
+TEST(Bf16, AttentionMatchesEmulatedReference) {
+  if (!bf16::attn_amx(64)) GTEST_SKIP() << "no AMX here: bf16 attention runs the fp32 kernel (next test)";
+  const AttnCase cases[] = {
+      {2, 4, 2, 64, 64, {1, 5, 64, 1000}}, {1, 4, 4, 200, 32, {3, 64, 100, 200}}, {2, 2, 1, 300, 128, {70, 17}}};
+  const double u = 0x1p-8;
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " D=" + std::to_string(c.D));
+    const size_t nq = size_t(c.B) * c.H * c.T * c.D, nkv = size_t(c.B) * c.Hkv * c.T * c.D;
+    const std::vector<float> q = random_vector(nq, 1), k = random_vector(nkv, 2), v = random_vector(nkv, 3),
+                             dout = random_vector(nq, 4);
+    std::vector<float> out(nq), lse(size_t(c.B) * c.H * c.T), dq(nq), dk(nkv), dv(nkv);
+    AttnCounters cnt16, cnt32;
+    bf16::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv,
+                             c.T, c.D, nullptr, &cnt16);
+    bf16::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
+                              v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt16);
+    // the reference on the rounded operands; its q is rounded(q / sqrt(D)) * sqrt(D), the kernel's scaled q
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    std::vector<double> qd(nq), kd = emulated(k), vd = emulated(v), gd = emulated(dout);
+    for (size_t i = 0; i < nq; i++) qd[i] = bf16::rounded(q[i] * scale) / double(scale);
+    std::vector<double> ro(nq), rl(lse.size()), rdq(nq), rdk(nkv), rdv(nkv);
+    ref::attn_local_forward<double>(ro.data(), rl.data(), qd.data(), kd.data(), vd.data(), c.window.data(), c.B, c.H,
+                                    c.Hkv, c.T, c.D, nullptr, nullptr);
+    // the backward from the kernel's own out and lse (dQ, dK scale q's rounding away: the kernel's dK takes q
+    // rounded unscaled, the reference's qd is within one more rounding of it)
+    const std::vector<double> od(out.begin(), out.end()), ld(lse.begin(), lse.end());
+    ref::attn_local_backward<double>(rdq.data(), rdk.data(), rdv.data(), gd.data(), od.data(), ld.data(), qd.data(),
+                                     kd.data(), vd.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, nullptr);
+    EXPECT_LT(rel_error(out, ro), u);
+    EXPECT_LT(rel_error(lse, rl), u / 64);
+    EXPECT_LT(rel_error(dq, rdq), 4 * u);
+    EXPECT_LT(rel_error(dk, rdk), 4 * u);
+    EXPECT_LT(rel_error(dv, rdv), 4 * u);
+    // bf16, not fp32: the fp32 kernel on the unrounded operands is further away than fp32 sums could be
+    std::vector<float> out32(nq), lse32(lse.size()), dq32(nq), dk32(nkv), dv32(nkv);
+    cpu::attn_local_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv,
+                            c.T, c.D, nullptr, &cnt32);
+    cpu::attn_local_backward(dq32.data(), dk32.data(), dv32.data(), dout.data(), out32.data(), lse32.data(), q.data(),
+                             k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt32);
+    EXPECT_GT(rel_error(out, out32), u / 64);
+    EXPECT_GT(rel_error(dk, dk32), u / 64);
+    // the same work skipped: the tiles the windows leave out are the fp32 kernel's
+    EXPECT_EQ(cnt16.fwd_tiles_visited, cnt32.fwd_tiles_visited);
+    EXPECT_EQ(cnt16.fwd_tiles_skipped, cnt32.fwd_tiles_skipped);
+    EXPECT_EQ(cnt16.fwd_pairs, cnt32.fwd_pairs);
+    EXPECT_EQ(cnt16.bwd_tiles_skipped, cnt32.bwd_tiles_skipped);
+    std::printf("T=%d D=%d: out %.2e, dq %.2e, dk %.2e, dv %.2e relative (u = %.2e)\n", c.T, c.D, rel_error(out, ro),
+                rel_error(dq, rdq), rel_error(dk, rdk), rel_error(dv, rdv), u);
+  }
+}
+
+// Where bf16 attention does not run on AMX it is the fp32 kernel, bit for bit: a head dim that is not a multiple of
+// 32, calls with diagnostics (the controller's update steps), and every call on a CPU or build without AMX.
+TEST(Bf16, AttentionFallsBackToTheFp32Kernel) {
+  const int B = 1, H = 2, Hkv = 1, T = 70;
+  const std::vector<int> window = {9, 70};
+  for (int D : {48, 64})
+    for (bool with_diag : {false, true}) {
+      if (D == 64 && !with_diag && bf16::attn_amx(D)) continue;  // runs on AMX: the test above
+      const size_t nq = size_t(B) * H * T * D, nkv = size_t(B) * Hkv * T * D;
+      const std::vector<float> q = random_vector(nq, 5), k = random_vector(nkv, 6), v = random_vector(nkv, 7),
+                               dout = random_vector(nq, 8);
+      std::vector<double> ent(H), ent32(H);
+      AttnDiagnostics diag, diag32;
+      diag.entropy = ent.data(), diag32.entropy = ent32.data();
+      std::vector<float> out(nq), lse(B * H * T), out32(nq), lse32(B * H * T);
+      bf16::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), window.data(), B, H, Hkv, T, D,
+                               with_diag ? &diag : nullptr, nullptr);
+      cpu::attn_local_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), window.data(), B, H, Hkv, T, D,
+                              with_diag ? &diag32 : nullptr, nullptr);
+      EXPECT_FALSE(bf16::attn_amx(D, with_diag ? &diag : nullptr));
+      EXPECT_EQ(0, std::memcmp(out.data(), out32.data(), nq * 4)) << "D=" << D;
+      EXPECT_EQ(ent, ent32);
+      if (with_diag) continue;  // the backward has no diagnostics
+      std::vector<float> dq(nq), dk(nkv), dv(nkv), dq32(nq), dk32(nkv), dv32(nkv);
+      bf16::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                                k.data(), v.data(), window.data(), B, H, Hkv, T, D, nullptr);
+      cpu::attn_local_backward(dq32.data(), dk32.data(), dv32.data(), dout.data(), out.data(), lse.data(), q.data(),
+                               k.data(), v.data(), window.data(), B, H, Hkv, T, D, nullptr);
+      EXPECT_EQ(0, std::memcmp(dq.data(), dq32.data(), nq * 4));
+      EXPECT_EQ(0, std::memcmp(dk.data(), dk32.data(), nkv * 4));
+      EXPECT_EQ(0, std::memcmp(dv.data(), dv32.data(), nkv * 4));
+    }
+}
+
 using test::small_model;
 
 // A whole step (forward, loss, backward) on the bf16 backend against the double model on the same weights. Each

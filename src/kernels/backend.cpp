@@ -76,7 +76,7 @@ const Backend<float>& backend_dense() {
   return b;
 }
 const Backend<float>& backend_local_bf16() {
-  static const Backend<float> b = cpu_backend("local-bf16", cpu::attn_local_forward, cpu::attn_local_backward,
+  static const Backend<float> b = cpu_backend("local-bf16", bf16::attn_local_forward, bf16::attn_local_backward,
                                               bf16::matmul_forward, bf16::matmul_backward);
   return b;
 }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/attention_common.h"
+
 namespace aah::bf16 {
 
 // fp32 -> bf16, rounded to nearest, ties to even (as the CPUs' vcvtneps2bf16 does); NaN stays a quiet NaN.
@@ -55,5 +57,17 @@ void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);
 
 // c (M, N) = a (M, K) b^T, b stored (N, K), both already bf16: oneDNN's product alone, the benches' reference rate.
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K);
+
+// Causal attention with one window per head, its tile products in bf16 on AMX (kernels/bf16/attention.cpp): the
+// signatures and conventions of cpu::attn_local_forward / attn_local_backward (kernels/ops.h). Where attn_amx says
+// no, they run the fp32 kernel.
+void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
+                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters);
+void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
+                         int T, int D, AttnCounters* counters);
+// Whether bf16 attention runs on AMX: the build and the CPU have AMX (and the OS grants its tiles), the head dim is
+// a multiple of 32, and no diagnostics are asked for (the controller's update steps run the fp32 kernel).
+bool attn_amx(int D, const AttnDiagnostics* diag = nullptr);
 
 }  // namespace aah::bf16

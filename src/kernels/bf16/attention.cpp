@@ -1,0 +1,519 @@
+// Causal attention with one window per head, its products in bf16 on AMX tiles (train.precision=bf16 on a CPU with
+// AMX): the same windows and tile visits as the fp32 kernel (kernels/cpu/attention.cpp), bf16 operands into the
+// tile products, fp32 accumulation, fp32 softmax, running max and sums, fp32 outputs and gradients.
+//
+// The layout is the fp32 kernel's: a tile pair's scores are S^T, keys as rows and queries as columns, so that every
+// per-query quantity (running max, sum, lse, Delta) is one 16-float vector. An AMX product C (M, N) += A (M, K) B
+// (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other), so each
+// call first rounds its inputs once into the layouts the products read (pack_*, O(T D) per call):
+//   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A
+//   qB (D/2, T, 2) Q / sqrt(D), oB       (D/2, T, 2) dO as B over d      qP, oP (T/2, D, 2) Q and dO as B over t
+// and per tile pair (64 keys x 64 queries):
+//   forward   S^T = kA qB, softmax pass -> P^T in pairs of rows, O^T (D, 64) = diag(alpha) O^T + vT P^T
+//   backward  S^T = kA qB, dP^T = vA oB, pass -> P^T and dS^T (rows) and dS^T (pairs of rows),
+//             dV += P^T oP, dK += dS^T qP, dQ^T += kT dS^T
+// Work follows the windows at tile granularity: the key tiles a query tile visits are the fp32 kernel's; a visited
+// tile is computed whole and masked in the softmax pass (its products are cheap next to that pass on AMX).
+// Calls with diagnostics (the controller's update steps), head dims that are not a multiple of 32, and CPUs or
+// builds without AMX run the fp32 kernel.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/check.h"
+#include "kernels/bf16/bf16.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/vexp.h"
+#include "kernels/ops.h"
+
+#if defined(AAH_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define AAH_AMX 1
+#include <omp.h>
+#endif
+
+namespace aah::bf16 {
+
+#ifdef AAH_AMX
+AAH_AVX512_WARNINGS_OFF
+namespace {
+
+using cpu::Vec16;
+constexpr int kTile = 64;  // queries per query tile = keys per key tile (the fp32 kernel's)
+// Masked scores; the running max starts above them (as in the fp32 kernel).
+constexpr float kMasked = -1e30f, kNegBig = -1e20f;
+
+// Linux hands out AMX's tile registers only to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); the answer is the run-time check that the CPU and kernel have AMX.
+bool amx_permitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return ok;
+}
+
+// Every tile register 16 rows x 64 bytes: 16 x 16 fp32 (C), 16 x 32 bf16 (A), 16 pairs of rows x 16 columns (B).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+void tiles_configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+}
+
+// C (M, N) fp32 = [C +] A (M, K) B (K, N): A bf16 row-major, B bf16 in pairs of rows (row k/2 holds (B[k][n],
+// B[k + 1][n]) for each n), strides in elements. M, N, K multiples of 32. Blocks of 32 x 32 of C in tiles 0-3, the
+// two A tiles in 4-5 and the two B tiles in 6-7.
+template <bool kAccumulate>
+void amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp, int64_t ldb, int M, int N,
+              int K) {
+  for (int i = 0; i < M; i += 32)
+    for (int j = 0; j < N; j += 32) {
+      float* c = C + i * ldc + j;
+      if (kAccumulate) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int k = 0; k < K; k += 32) {
+        _tile_loadd(4, A + i * lda + k, lda * 2);
+        _tile_loadd(5, A + (i + 16) * lda + k, lda * 2);
+        _tile_loadd(6, Bp + (k / 2) * ldb + 2 * j, ldb * 2);
+        _tile_loadd(7, Bp + (k / 2) * ldb + 2 * (j + 16), ldb * 2);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c, ldc * 4);
+      _tile_stored(1, c + 16, ldc * 4);
+      _tile_stored(2, c + 16 * ldc, ldc * 4);
+      _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    }
+}
+
+// Two rows of 16 fp32 values -> one row of 16 bf16 pairs (row j in the low half of each pair, row j + 1 high).
+inline __m512i round_pair(__m512 row_j, __m512 row_j1) {
+  const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(row_j));
+  const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(row_j1));
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+}
+// 16 fp32 -> 16 bf16 stored at p.
+inline void store_rounded(uint16_t* p, __m512 x) {
+  _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Packing one head: src (T, D) fp32 times `scale`, rounded into dst; rows T .. Tp - 1 are zero. D is a multiple of
+// 32 and Tp of 64. Two of the layouts are 32-bit transposes of the other two: a pair of bf16 values is one word.
+
+enum class Layout {
+  rows,        // (Tp, D)
+  pairs_of_t,  // (Tp/2, D, 2): B over t
+  pairs_of_d,  // (D/2, Tp, 2): B over d = the words of `rows` (Tp, D/2) transposed
+  cols,        // (D, Tp) = the words of `pairs_of_t` (Tp/2, D) transposed
+};
+inline __m512 load_row(const float* src, int t, int T, int D, int d, __m512 scale) {
+  return t < T ? _mm512_mul_ps(_mm512_loadu_ps(src + (int64_t)t * D + d), scale) : _mm512_setzero_ps();
+}
+void pack_rows(uint16_t* dst, const float* src, int T, int Tp, int D, float scale) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int t = 0; t < Tp; t++)
+    for (int d = 0; d < D; d += 16) store_rounded(dst + (int64_t)t * D + d, load_row(src, t, T, D, d, sc));
+}
+void pack_pairs_of_t(uint16_t* dst, const float* src, int T, int Tp, int D, float scale) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int t = 0; t < Tp; t += 2)
+    for (int d = 0; d < D; d += 16)
+      _mm512_storeu_si512(dst + (int64_t)t * D + 2 * d,
+                          round_pair(load_row(src, t, T, D, d, sc), load_row(src, t + 1, T, D, d, sc)));
+}
+// dst (cols, rows) = src (rows, cols)^T in 32-bit words, in 16 x 16 blocks; rows and cols multiples of 16.
+void transpose_words(uint32_t* dst, const uint32_t* src, int rows, int cols) {
+  for (int r0 = 0; r0 < rows; r0 += 16)
+    for (int c0 = 0; c0 < cols; c0 += 16)
+      for (int c = c0; c < c0 + 16; c++)
+        for (int r = r0; r < r0 + 16; r++) dst[(int64_t)c * rows + r] = src[(int64_t)r * cols + c];
+}
+// All heads: src (heads, T, D) -> dst (heads, Tp * D) in `layout`.
+void pack(uint16_t* dst, const float* src, int heads, int T, int Tp, int D, Layout layout, float scale) {
+#pragma omp parallel
+  {
+    thread_local Buffer<uint16_t> tmp;  // the untransposed layout of one head
+    if (tmp.size < (size_t)Tp * D) tmp.resize((size_t)Tp * D);
+#pragma omp for schedule(static)
+    for (int hd = 0; hd < heads; hd++) {
+      uint16_t* out = dst + (int64_t)hd * Tp * D;
+      const float* in = src + (int64_t)hd * T * D;
+      switch (layout) {
+        case Layout::rows:
+          pack_rows(out, in, T, Tp, D, scale);
+          break;
+        case Layout::pairs_of_t:
+          pack_pairs_of_t(out, in, T, Tp, D, scale);
+          break;
+        case Layout::pairs_of_d:
+          pack_rows(tmp.data, in, T, Tp, D, scale);
+          transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, Tp, D / 2);
+          break;
+        case Layout::cols:
+          pack_pairs_of_t(tmp.data, in, T, Tp, D, scale);
+          transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, Tp / 2, D);
+          break;
+      }
+    }
+  }
+}
+
+// Lanes (queries q0 + c + lane) that see key `key`: 0 <= query - key < W.
+inline __mmask16 visible_lanes(int q0, int c, int key, int W) {
+  const __m512i d = _mm512_add_epi32(_mm512_set1_epi32(q0 + c - key),
+                                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  return _mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(W));  // unsigned: a negative distance is huge
+}
+
+struct Args {
+  int B, H, Hkv, T, Tp, D, group, ntiles;
+  const int* window;
+  int64_t head_size() const { return (int64_t)Tp * D; }  // packed values per head
+};
+
+// Key tiles a query tile [q0, q0 + 64) visits, and whether a pair needs no mask (the fp32 kernel's rules).
+inline void key_tiles(int q0, int W, int& lo, int& hi) {
+  lo = std::max(0, q0 - W + 1) / kTile;
+  hi = q0 / kTile;
+}
+inline bool interior(int q0, int k0, int W) {
+  return k0 + kTile - 1 <= q0 && (int64_t)q0 + kTile - 1 - k0 < W;
+}
+
+// Per-thread scratch, fp32 unless marked.
+struct Scratch {
+  float* s;                            // (64, 64) S^T, then P^T
+  float* dp;                           // (64, 64) dP^T (backward)
+  float* acc;                          // (D, 64) O^T (forward), dQ^T (backward)
+  float *m, *l, *alpha, *lse, *delta;  // (64) per query
+  uint16_t* p16;                       // bf16 (32, 64, 2) P^T in pairs of rows (forward); (64, 64) P^T rows (backward)
+  uint16_t* ds16;                      // bf16 (64, 64) dS^T rows
+  uint16_t* dsp16;                     // bf16 (32, 64, 2) dS^T in pairs of rows
+  static size_t floats(int D) { return 2 * kTile * kTile + (size_t)D * kTile + 5 * kTile + 3 * kTile * kTile / 2; }
+  Scratch(float* base, int D) {
+    s = base, dp = s + kTile * kTile, acc = dp + kTile * kTile;
+    m = acc + (size_t)D * kTile, l = m + kTile, alpha = l + kTile, lse = alpha + kTile, delta = lse + kTile;
+    p16 = (uint16_t*)(delta + kTile), ds16 = p16 + kTile * kTile, dsp16 = ds16 + kTile * kTile;
+  }
+};
+// Grown once per calling thread, split among the OpenMP threads (16 KB apart, on page boundaries).
+float* thread_scratch(int D, int nthreads, size_t& per_thread) {
+  thread_local Buffer<float> buf;
+  per_thread = (Scratch::floats(D) + 1023) / 1024 * 1024 + 4096;
+  if (buf.size < per_thread * nthreads) buf.resize(per_thread * nthreads);
+  return buf.data;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward.
+
+// Online softmax with one key tile: s (64 keys, 64 queries) holds S^T; m, l, alpha updated per query; P~^T =
+// exp(S^T - m_new) (0 where masked) into p16 in pairs of rows.
+void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
+  for (int c = 0; c < kTile; c += 16) {
+    __m512 mx = _mm512_set1_ps(kMasked);
+    for (int j = 0; j < kTile; j++) {
+      float* row = ts.s + j * kTile + c;
+      __m512 x = _mm512_loadu_ps(row);
+      if (!inner) {
+        x = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), visible_lanes(q0, c, k0 + j, W), x);
+        _mm512_storeu_ps(row, x);
+      }
+      mx = _mm512_max_ps(mx, x);
+    }
+    const __m512 m_old = _mm512_loadu_ps(ts.m + c), m_new = _mm512_max_ps(m_old, mx);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < kTile; j += 2) {
+      const __m512 e0 = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), m_new));
+      const __m512 e1 =
+          cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + (j + 1) * kTile + c), m_new));
+      sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
+      _mm512_storeu_si512(ts.p16 + (j / 2) * 2 * kTile + 2 * c, round_pair(e0, e1));
+    }
+    const __m512 alpha = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(m_old, m_new));
+    _mm512_storeu_ps(ts.l + c, _mm512_fmadd_ps(alpha, _mm512_loadu_ps(ts.l + c), sum));
+    _mm512_storeu_ps(ts.m + c, m_new);
+    _mm512_storeu_ps(ts.alpha + c, alpha);
+  }
+}
+
+// Query tile qt of head h in batch b: out and lse rows. Returns the tile pairs visited.
+int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, const uint16_t* vT, const uint16_t* qB,
+                 int b, int h, int qt, Scratch& ts) {
+  const int D = a.D, T = a.T, W = a.window[h], q0 = qt * kTile, nq = std::min(kTile, T - q0);
+  const int64_t kv = (int64_t)b * a.Hkv + h / a.group, bh = (int64_t)b * a.H + h;
+  const uint16_t* k_rows = kA + kv * a.head_size();
+  const uint16_t* v_cols = vT + kv * a.head_size();
+  const uint16_t* q_pairs = qB + bh * a.head_size();
+  std::fill(ts.acc, ts.acc + (size_t)D * kTile, 0.0f);
+  for (int i = 0; i < kTile; i++) ts.m[i] = kNegBig, ts.l[i] = 0;
+  int lo, hi;
+  key_tiles(q0, W, lo, hi);
+  for (int kt = lo; kt <= hi; kt++) {
+    const int k0 = kt * kTile;
+    amx_gemm<false>(ts.s, kTile, k_rows + (int64_t)k0 * D, D, q_pairs + 2 * q0, 2 * a.Tp, kTile, kTile, D);
+    softmax_tile(ts, interior(q0, k0, W), q0, k0, W);
+    for (int d = 0; d < D; d++)  // O^T = diag(alpha) O^T, per query (column)
+      for (int c = 0; c < kTile; c += 16) {
+        float* p = ts.acc + d * kTile + c;
+        _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
+      }
+    amx_gemm<true>(ts.acc, kTile, v_cols + k0, a.Tp, ts.p16, 2 * kTile, D, kTile, kTile);
+  }
+  float* o = out + (bh * T + q0) * D;
+  float* lse_row = lse + bh * T + q0;
+  for (int i = 0; i < nq; i++) {
+    const float inv_l = 1.0f / ts.l[i];
+    for (int d = 0; d < D; d++) o[(int64_t)i * D + d] = ts.acc[d * kTile + i] * inv_l;
+    lse_row[i] = ts.m[i] + std::log(ts.l[i]);
+  }
+  return hi - lo + 1;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Backward.
+
+// From S^T (ts.s) and dP^T (ts.dp): P^T = exp(S^T - lse) (0 where masked) as bf16 rows into p16, and dS^T / sqrt(D)
+// = P^T scale (dP^T - Delta) as bf16 rows into ds16 and in pairs of rows into dsp16.
+void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int c = 0; c < kTile; c += 16) {
+    const __m512 lse = _mm512_loadu_ps(ts.lse + c), delta = _mm512_loadu_ps(ts.delta + c);
+    __m512 ds_prev = _mm512_setzero_ps();
+    for (int j = 0; j < kTile; j++) {
+      __m512 p = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
+      if (!inner) p = _mm512_maskz_mov_ps(visible_lanes(q0, c, k0 + j, W), p);
+      const __m512 ds =
+          _mm512_mul_ps(_mm512_mul_ps(p, sc), _mm512_sub_ps(_mm512_loadu_ps(ts.dp + j * kTile + c), delta));
+      store_rounded(ts.p16 + j * kTile + c, p);
+      store_rounded(ts.ds16 + j * kTile + c, ds);
+      if (j % 2 == 1) _mm512_storeu_si512(ts.dsp16 + (j / 2) * 2 * kTile + 2 * c, round_pair(ds_prev, ds));
+      ds_prev = ds;
+    }
+  }
+}
+
+struct BackwardPacks {
+  const uint16_t *kA, *vA, *kT, *qB, *oB, *qP, *oP;
+};
+
+// Key/value head hk of batch b: dK, dV of its keys and dQ of its query heads. Returns the tile pairs visited.
+int backward_task(const Args& a, float* dq, float* dk_acc, float* dv_acc, const float* lse, const float* delta,
+                  const BackwardPacks& pk, int b, int hk, Scratch& ts, float scale) {
+  const int D = a.D, T = a.T;
+  const int64_t kv = (int64_t)b * a.Hkv + hk, hs = a.head_size();
+  float* dk_rows = dk_acc + kv * hs;
+  float* dv_rows = dv_acc + kv * hs;
+  std::fill(dk_rows, dk_rows + hs, 0.0f);
+  std::fill(dv_rows, dv_rows + hs, 0.0f);
+  int visited = 0;
+  for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
+    const int64_t bh = (int64_t)b * a.H + h;
+    const int W = a.window[h];
+    for (int qt = 0; qt < a.ntiles; qt++) {
+      const int q0 = qt * kTile, nq = std::min(kTile, T - q0);
+      for (int i = 0; i < kTile; i++) {
+        ts.lse[i] = i < nq ? lse[bh * T + q0 + i] : -kMasked;  // padding queries get P = 0
+        ts.delta[i] = i < nq ? delta[bh * T + q0 + i] : 0.0f;
+      }
+      std::fill(ts.acc, ts.acc + (size_t)D * kTile, 0.0f);
+      int lo, hi;
+      key_tiles(q0, W, lo, hi);
+      for (int kt = lo; kt <= hi; kt++) {
+        const int k0 = kt * kTile;
+        amx_gemm<false>(ts.s, kTile, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + 2 * q0, 2 * a.Tp, kTile,
+                        kTile, D);
+        amx_gemm<false>(ts.dp, kTile, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + 2 * q0, 2 * a.Tp, kTile,
+                        kTile, D);
+        gradient_tile(ts, interior(q0, k0, W), q0, k0, W, scale);
+        // dV += P^T dO, dK += dS^T Q (keys as rows), dQ^T += K^T dS^T
+        amx_gemm<true>(dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, pk.oP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
+                       kTile);
+        amx_gemm<true>(dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, pk.qP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
+                       kTile);
+        amx_gemm<true>(ts.acc, kTile, pk.kT + kv * hs + k0, a.Tp, ts.dsp16, 2 * kTile, D, kTile, kTile);
+      }
+      visited += hi - lo + 1;
+      float* dq_rows = dq + (bh * T + q0) * D;
+      for (int i = 0; i < nq; i++)
+        for (int d = 0; d < D; d++) dq_rows[(int64_t)i * D + d] = ts.acc[d * kTile + i];
+    }
+  }
+  return visited;
+}
+
+Args make_args(const int* window, int B, int H, int Hkv, int T, int D) {
+  const int ntiles = (T + kTile - 1) / kTile;
+  return {B, H, Hkv, T, ntiles * kTile, D, H / Hkv, ntiles, window};
+}
+
+// Counters as the fp32 kernel defines them; a visited pair computes its whole tile.
+uint64_t skipped_tiles(const Args& a) {
+  uint64_t n = 0;
+  for (int h = 0; h < a.H; h++)
+    for (int qt = 0; qt < a.ntiles; qt++) {
+      int lo, hi;
+      key_tiles(qt * kTile, a.window[h], lo, hi);
+      n += (uint64_t)a.B * lo;
+    }
+  return n;
+}
+
+struct PackBuffers {
+  Buffer<uint16_t> kA, vA, kT, vT, qB, oB, qP, oP;
+  Buffer<float> dk, dv, delta;
+};
+PackBuffers& packs() {
+  thread_local PackBuffers p;
+  return p;
+}
+void grow(Buffer<uint16_t>& b, size_t n) {
+  if (b.size < n) b.resize(n);
+}
+void grow(Buffer<float>& b, size_t n) {
+  if (b.size < n) b.resize(n);
+}
+
+}  // namespace
+
+bool attn_amx(int D, const AttnDiagnostics* diag) {
+  const bool want_diag = diag && (diag->entropy || diag->out_norm || diag->usage);
+  return !want_diag && D % 32 == 0 && amx_permitted();
+}
+
+void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
+                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
+  if (!attn_amx(D, diag) || T == 0 || B == 0 || H % Hkv != 0)
+    return cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
+  for (int h = 0; h < H; h++)
+    if (window[h] < 1) fail("[bf16::attn_local_forward] window of head ", h, " is ", window[h], ", must be >= 1");
+  const Args a = make_args(window, B, H, Hkv, T, D);
+  PackBuffers& pk = packs();
+  const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
+  grow(pk.kA, kv_size), grow(pk.vT, kv_size), grow(pk.qB, q_size);
+  pack(pk.kA.data, k, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
+  pack(pk.vT.data, v, B * Hkv, T, a.Tp, D, Layout::cols, 1.0f);
+  pack(pk.qB.data, q, B * H, T, a.Tp, D, Layout::pairs_of_d, 1.0f / std::sqrt((float)D));
+  const int64_t ntasks = (int64_t)B * H * a.ntiles;
+  const int nthreads = omp_get_max_threads();
+  size_t per_thread;
+  float* scratch = thread_scratch(D, nthreads, per_thread);
+  uint64_t visited = 0;
+#pragma omp parallel reduction(+ : visited)
+  {
+    Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
+    tiles_configure();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; t++) {  // latest query tiles first: they visit the most key tiles
+      const int64_t bh = t % ((int64_t)B * H);
+      const int qt = a.ntiles - 1 - (int)(t / ((int64_t)B * H));
+      visited += forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts);
+    }
+    _tile_release();
+  }
+  if (counters) {
+    for (int h = 0; h < H; h++) counters->fwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
+    counters->fwd_pairs_computed += visited * kTile * kTile;
+    counters->fwd_tiles_visited += visited;
+    counters->fwd_tiles_skipped += skipped_tiles(a);
+    counters->macs += visited * 2 * kTile * kTile * D;
+  }
+}
+
+void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
+                         int T, int D, AttnCounters* counters) {
+  if (!attn_amx(D, nullptr) || T == 0 || B == 0 || H % Hkv != 0)
+    return cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
+  for (int h = 0; h < H; h++)
+    if (window[h] < 1) fail("[bf16::attn_local_backward] window of head ", h, " is ", window[h], ", must be >= 1");
+  const Args a = make_args(window, B, H, Hkv, T, D);
+  PackBuffers& pk = packs();
+  const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
+  for (Buffer<uint16_t>* buf : {&pk.kA, &pk.vA, &pk.kT}) grow(*buf, kv_size);
+  for (Buffer<uint16_t>* buf : {&pk.qB, &pk.oB, &pk.qP, &pk.oP}) grow(*buf, q_size);
+  grow(pk.dk, kv_size), grow(pk.dv, kv_size), grow(pk.delta, (size_t)B * H * T);
+  const float scale = 1.0f / std::sqrt((float)D);
+  pack(pk.kA.data, k, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
+  pack(pk.vA.data, v, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
+  pack(pk.kT.data, k, B * Hkv, T, a.Tp, D, Layout::cols, 1.0f);
+  pack(pk.qB.data, q, B * H, T, a.Tp, D, Layout::pairs_of_d, scale);
+  pack(pk.oB.data, dout, B * H, T, a.Tp, D, Layout::pairs_of_d, 1.0f);
+  pack(pk.qP.data, q, B * H, T, a.Tp, D, Layout::pairs_of_t, 1.0f);
+  pack(pk.oP.data, dout, B * H, T, a.Tp, D, Layout::pairs_of_t, 1.0f);
+  // Delta = rowsum(dO * O) in fp32
+  const int64_t nrows = (int64_t)B * H * T;
+  float* delta = pk.delta.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < nrows; r++) {
+    float acc = 0;
+    for (int d = 0; d < D; d++) acc = std::fma(dout[r * D + d], out[r * D + d], acc);
+    delta[r] = acc;
+  }
+  const BackwardPacks bp{pk.kA.data, pk.vA.data, pk.kT.data, pk.qB.data, pk.oB.data, pk.qP.data, pk.oP.data};
+  const int nkv = B * Hkv, nthreads = omp_get_max_threads();
+  size_t per_thread;
+  float* scratch = thread_scratch(D, nthreads, per_thread);
+  uint64_t visited = 0;
+#pragma omp parallel reduction(+ : visited)
+  {
+    Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
+    tiles_configure();
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < nkv; t++)
+      visited += backward_task(a, dq, pk.dk.data, pk.dv.data, lse, delta, bp, t / Hkv, t % Hkv, ts, scale);
+    _tile_release();
+  }
+  // dK, dV: the first T rows of each head's padded accumulators
+#pragma omp parallel for schedule(static)
+  for (int kv = 0; kv < nkv; kv++) {
+    std::memcpy(dk + (int64_t)kv * T * D, pk.dk.data + kv * a.head_size(), sizeof(float) * T * D);
+    std::memcpy(dv + (int64_t)kv * T * D, pk.dv.data + kv * a.head_size(), sizeof(float) * T * D);
+  }
+  if (counters) {
+    for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
+    counters->bwd_pairs_computed += visited * kTile * kTile;
+    counters->bwd_tiles_visited += visited;
+    counters->bwd_tiles_skipped += skipped_tiles(a);
+    counters->macs += visited * 5 * kTile * kTile * D;
+  }
+}
+
+AAH_AVX512_WARNINGS_ON
+
+#else  // no AMX in this build: the fp32 kernel
+
+bool attn_amx(int, const AttnDiagnostics*) {
+  return false;
+}
+void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
+                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
+  cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
+}
+void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
+                         int T, int D, AttnCounters* counters) {
+  cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
+}
+
+#endif
+
+}  // namespace aah::bf16
