@@ -4,7 +4,8 @@
 //   dense  the same, with the paper's execution of attention (T x T scores plus the window mask), for comparisons
 //   ref    kernels/ref: the scalar reference every fast kernel is tested against, at float (and at double:
 //          backend_ref_double, the engine of Model<double> and the gradient checks)
-//   local-bf16, dense-bf16  the same with their matrix products in bf16 on oneDNN (kernels/bf16), fp32 elsewhere
+//   local-bf16, dense-bf16  the same with their matrix products in bf16 on oneDNN (kernels/bf16), fp32 elsewhere;
+//          local-bf16's attention runs its tile products in bf16 on AMX where the CPU has it (kernels/bf16/attention.cpp)
 // aah.attention and train.precision name the backend of a run (backend_for; ref is for tests).
 //
 // A new backend (bf16, CUDA) writes the functions below with these signatures (shapes and conventions in

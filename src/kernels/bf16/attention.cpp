@@ -183,6 +183,18 @@ inline __mmask16 visible_lanes(int q0, int c, int key, int W) {
   return _mm512_cmplt_epu32_mask(d, _mm512_set1_epi32(W));  // unsigned: a negative distance is huge
 }
 
+// The rows of a tile (keys k0 + j) that some of the 16 queries q0 + c .. q0 + c + 15 see: [lo, hi), widened to
+// even bounds (rows are rounded in pairs); the rest of the column group is 0 in P^T and dS^T.
+struct Rows {
+  int lo, hi;
+};
+inline Rows visible_rows(bool inner, int q0, int c, int k0, int W) {
+  if (inner) return {0, kTile};
+  const int64_t lo = std::max<int64_t>(0, (int64_t)q0 + c - W + 1 - k0), hi = std::min(kTile, q0 + c + 16 - k0);
+  if (hi <= lo) return {0, 0};
+  return {(int)lo / 2 * 2, (int)(hi + 1) / 2 * 2};
+}
+
 struct Args {
   int B, H, Hkv, T, Tp, D, group, ntiles;
   const int* window;
@@ -228,9 +240,11 @@ float* thread_scratch(int D, int nthreads, size_t& per_thread) {
 // Online softmax with one key tile: s (64 keys, 64 queries) holds S^T; m, l, alpha updated per query; P~^T =
 // exp(S^T - m_new) (0 where masked) into p16 in pairs of rows.
 void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
+  const __m512i zero_pair = _mm512_setzero_si512();
   for (int c = 0; c < kTile; c += 16) {
+    const Rows rows = visible_rows(inner, q0, c, k0, W);
     __m512 mx = _mm512_set1_ps(kMasked);
-    for (int j = 0; j < kTile; j++) {
+    for (int j = rows.lo; j < rows.hi; j++) {
       float* row = ts.s + j * kTile + c;
       __m512 x = _mm512_loadu_ps(row);
       if (!inner) {
@@ -242,11 +256,16 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
     const __m512 m_old = _mm512_loadu_ps(ts.m + c), m_new = _mm512_max_ps(m_old, mx);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < kTile; j += 2) {
+      uint16_t* pair_row = ts.p16 + (j / 2) * 2 * kTile + 2 * c;
+      if (j < rows.lo || j >= rows.hi) {  // no lane sees either row
+        _mm512_storeu_si512(pair_row, zero_pair);
+        continue;
+      }
       const __m512 e0 = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), m_new));
       const __m512 e1 =
           cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + (j + 1) * kTile + c), m_new));
       sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
-      _mm512_storeu_si512(ts.p16 + (j / 2) * 2 * kTile + 2 * c, round_pair(e0, e1));
+      _mm512_storeu_si512(pair_row, round_pair(e0, e1));
     }
     const __m512 alpha = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(m_old, m_new));
     _mm512_storeu_ps(ts.l + c, _mm512_fmadd_ps(alpha, _mm512_loadu_ps(ts.l + c), sum));
@@ -296,13 +315,16 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
 void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) {
   const __m512 sc = _mm512_set1_ps(scale);
   for (int c = 0; c < kTile; c += 16) {
+    const Rows rows = visible_rows(inner, q0, c, k0, W);
     const __m512 lse = _mm512_loadu_ps(ts.lse + c), delta = _mm512_loadu_ps(ts.delta + c);
     __m512 ds_prev = _mm512_setzero_ps();
     for (int j = 0; j < kTile; j++) {
-      __m512 p = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
-      if (!inner) p = _mm512_maskz_mov_ps(visible_lanes(q0, c, k0 + j, W), p);
-      const __m512 ds =
-          _mm512_mul_ps(_mm512_mul_ps(p, sc), _mm512_sub_ps(_mm512_loadu_ps(ts.dp + j * kTile + c), delta));
+      __m512 p = _mm512_setzero_ps(), ds = p;
+      if (j >= rows.lo && j < rows.hi) {
+        p = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
+        if (!inner) p = _mm512_maskz_mov_ps(visible_lanes(q0, c, k0 + j, W), p);
+        ds = _mm512_mul_ps(_mm512_mul_ps(p, sc), _mm512_sub_ps(_mm512_loadu_ps(ts.dp + j * kTile + c), delta));
+      }
       store_rounded(ts.p16 + j * kTile + c, p);
       store_rounded(ts.ds16 + j * kTile + c, ds);
       if (j % 2 == 1) _mm512_storeu_si512(ts.dsp16 + (j / 2) * 2 * kTile + 2 * c, round_pair(ds_prev, ds));

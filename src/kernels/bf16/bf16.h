@@ -1,6 +1,7 @@
 // bf16 mixed precision (issue 43, train.precision=bf16): the matrix products take bf16 operands (8 significant bits,
 // fp32's exponent) and accumulate in fp32; weights, optimizer state, norms, softmax and loss stay fp32. The
-// products run on oneDNN, which picks AMX tiles or AVX-512 BF16 dot products from the CPU it finds.
+// products run on oneDNN, which picks AMX tiles or AVX-512 BF16 dot products from the CPU it finds; the attention
+// kernel's tile products run on AMX tiles of its own (attention.cpp), where the CPU has them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
