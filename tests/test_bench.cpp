@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -414,6 +416,75 @@ TEST(BenchPrecision, TrainAndDecodeTimeBf16BesideFp32) {
   // The decoder holds weights and cache in bf16, so the bytes it reads, and the predicted time, halve.
   EXPECT_NEAR(rows[2]["predicted_time_ratio"].get<double>(), 0.5, 1e-12);
   EXPECT_NEAR(rows[3]["predicted_time_ratio"].get<double>(), rows[1]["predicted_time_ratio"].get<double>() / 2, 1e-12);
+}
+
+// `aah bench attention --precision fp32,bf16` on a tiny case (T = 128, D = 16, no dense path, 2 rounds): --json gives
+// each (window set, pass) once per precision, the bf16 rows with their speedup over fp32's per round (positive,
+// finite) and their share of the bf16 product; the text output has the fp32 table, then the bf16 one beside fp32's
+// times. A precision that does not exist is refused, naming the flag; a CPU without bf16 refuses bf16 (then skipped).
+TEST(BenchPrecision, AttentionTimesBf16BesideFp32) {
+  std::string out;
+  EXPECT_NE(process_run({AAH_BINARY, "bench", "attention", "--precision", "fp16"}, {.output = &out}), 0) << out;
+  EXPECT_NE(out.find("--precision"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp16"), std::string::npos) << out;
+  BenchOptions o;
+  o.json = true;
+  o.measure.warmup_rounds = 0, o.measure.rounds_min = 2, o.measure.rounds_max = 2, o.measure.budget_s = 0.01;
+  EXPECT_THROW(bench_attention(o, {128}, {16}, /*dense=*/false, {}, {"fp16"}), Error);
+  if (!bf16::cpu_supported()) {
+    EXPECT_THROW(bench_attention(o, {128}, {16}, /*dense=*/false, {}, {"fp32", "bf16"}), Error);
+    GTEST_SKIP() << "this CPU has no bf16 instructions (AVX-512 BF16 or AMX): bench attention refuses bf16";
+  }
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(bench_attention(o, {128}, {16}, /*dense=*/false, {}, {"fp32", "bf16"}), 0);
+  const std::vector<nlohmann::json> rows = json_rows(testing::internal::GetCapturedStdout());
+  ASSERT_EQ(rows.size(), 18u);  // {full, T/8, adaptive} x {fwd, bwd, fwd+bwd} x {fp32, bf16}
+  for (size_t i = 0; i < rows.size(); i++) {
+    const nlohmann::json& r = rows[i];
+    EXPECT_EQ(r["precision"], i < 9 ? "fp32" : "bf16") << r;
+    EXPECT_EQ(r["path"], "tiled") << r;
+    if (i < 9) {
+      EXPECT_FALSE(r.contains("speedup_vs_fp32")) << r;
+      EXPECT_GT(r["pct_sgemm"].get<double>(), 0) << r;
+      continue;
+    }
+    const nlohmann::json& r32 = rows[i - 9];  // the same (window set, pass) at fp32
+    EXPECT_EQ(r["window_set"], r32["window_set"]);
+    EXPECT_EQ(r["pass"], r32["pass"]);
+    EXPECT_DOUBLE_EQ(r["pair_ratio"].get<double>(), r32["pair_ratio"].get<double>());
+    const double speedup = r["speedup_vs_fp32"].get<double>();
+    EXPECT_TRUE(std::isfinite(speedup) && speedup > 0) << r;
+    EXPECT_EQ(r["stats"]["speedup_vs_fp32"]["n"], 2);
+    EXPECT_DOUBLE_EQ(r["fp32_ms"].get<double>(), r32["ms"].get<double>());
+    EXPECT_GT(r["bf16_gemm_gflops"].get<double>(), 0) << r;
+    EXPECT_GT(r["pct_bf16_gemm"].get<double>(), 0) << r;
+    EXPECT_TRUE(r["pct_sgemm"].is_null()) << r;
+    if (r["window_set"] == "full") {
+      EXPECT_DOUBLE_EQ(r["time_ratio"].get<double>(), 1.0);  // against bf16's own full windows
+    }
+  }
+
+  out.clear();
+  ASSERT_EQ(process_run({AAH_BINARY,     "bench",      "attention",    "--context", "128",      "--head-dim",
+                         "16",           "--no-dense", "--precision",  "fp32,bf16", "--warmup", "0",
+                         "--rounds-min", "2",          "--rounds-max", "2",         "--budget", "0.01",
+                         "--min-sample", "0"},
+                        {.output = &out}),
+            0)
+      << out;
+  const size_t bf16_table = out.find("\nbf16 (backend local-bf16");
+  ASSERT_NE(bf16_table, std::string::npos) << out;
+  EXPECT_LT(out.find("  128   16 full      tiled  fwd "), bf16_table) << out;  // fp32's row, in the first table
+  const size_t header = out.find("vs fp32 spread\n", bf16_table);
+  ASSERT_NE(header, std::string::npos) << out;
+  // The bf16 table's first row: full, fwd; its speedup is the figure before the 'x'.
+  const size_t row = header + std::string("vs fp32 spread\n").size();
+  const std::string line = out.substr(row, out.find('\n', row) - row);
+  EXPECT_EQ(line.rfind("  128   16 full      tiled  fwd ", 0), 0u) << line;
+  const size_t x = line.rfind('x');
+  ASSERT_NE(x, std::string::npos) << line;
+  const double ratio = std::strtod(line.substr(line.rfind(' ', x) + 1, x - line.rfind(' ', x) - 1).c_str(), nullptr);
+  EXPECT_TRUE(std::isfinite(ratio) && ratio > 0) << line;
 }
 
 // OpenBLAS's core type (core/sys.h): a core without AVX2 kernels on a CPU with AVX2/FMA or AVX-512 is replaced;

@@ -144,6 +144,17 @@ void add_bench_commands(CLI::App& app, int& rc) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 17));
   at->add_flag("--no-dense", attn_no_dense, "Skip the dense-masked path (the tiled kernel's windows only)");
+  static std::vector<std::string> attn_precisions = {"fp32"};
+  at->add_option("--precision", attn_precisions,
+                 "fp32 (always timed: the reference) and bf16: the tiled path again for every window set through the "
+                 "backend local-bf16 (its attention forward and backward), with oneDNN's bf16 product as its "
+                 "reference rate, interleaved with the fp32 cases; a second table gives each bf16 row beside its fp32 "
+                 "time with the per-round speedup (fp32 time / bf16 time) and the share of the bf16 product, --json a "
+                 "row per precision. The dense path stays fp32. Refused on a CPU without AVX-512 BF16 or AMX. E.g. "
+                 "--context 1024 --head-dim 64 --no-dense --precision fp32,bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   at->add_option("--min-sample", attn_min_sample,
                  "Seconds one sample lasts at least: a shorter kernel call repeats back to back within it (the "
                  "warm-up round sets how often) and the sample is its mean; 0 = one call per sample")
@@ -152,7 +163,7 @@ void add_bench_commands(CLI::App& app, int& rc) {
   at->callback([&rc] {
     opts.measure.min_sample_s = attn_min_sample;
     if (attn_min_sample > 0) opts.measure.warmup_rounds = std::max(opts.measure.warmup_rounds, 1);
-    rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense, attn_windows);
+    rc = bench_attention(opts, attn_contexts, attn_dims, !attn_no_dense, attn_windows, attn_precisions);
   });
 #endif
 }
