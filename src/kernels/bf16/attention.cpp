@@ -6,8 +6,8 @@
 // per-query quantity (running max, sum, lse, Delta) is one 16-float vector. An AMX product C (M, N) += A (M, K) B
 // (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other), so each
 // call first rounds its inputs once into the layouts the products read (pack_*, O(T D) per call):
-//   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A
-//   qB (D/2, T, 2) Q / sqrt(D), oB       (D/2, T, 2) dO as B over d      qP, oP (T/2, D, 2) Q and dO as B over t
+//   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A (per tile of 64 positions)
+//   qB, oB (D/2, T, 2) Q / sqrt(D) and dO as B over d (per tile)         qP, oP (T/2, D, 2) Q and dO as B over t
 // and per tile pair (64 keys x 64 queries):
 //   forward   S^T = kA qB, softmax pass -> P^T in pairs of rows, O^T (D, 64) = diag(alpha) O^T + vT P^T
 //   backward  S^T = kA qB, dP^T = vA oB, pass -> P^T and dS^T (rows) and dS^T (pairs of rows),
@@ -116,13 +116,15 @@ inline void store_rounded(uint16_t* p, __m512 x) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Packing one head: src (T, D) fp32 times `scale`, rounded into dst; rows T .. Tp - 1 are zero. D is a multiple of
-// 32 and Tp of 64. Two of the layouts are 32-bit transposes of the other two: a pair of bf16 values is one word.
+// 32 and Tp of 64. The two transposed layouts are blocked by tile (64 positions), so that the 16 rows a tile load
+// reads are 128 or 256 bytes apart, not Tp * 2 or 4 (a multiple of 4 KB puts them all in one L1 set); each is a
+// 32-bit transpose of a plain layout, per tile (a pair of bf16 values is one word).
 
 enum class Layout {
   rows,        // (Tp, D)
   pairs_of_t,  // (Tp/2, D, 2): B over t
-  pairs_of_d,  // (D/2, Tp, 2): B over d = the words of `rows` (Tp, D/2) transposed
-  cols,        // (D, Tp) = the words of `pairs_of_t` (Tp/2, D) transposed
+  pairs_of_d,  // (Tp/64, D/2, 64, 2): B over d, per tile = the words of `rows` (64, D/2) transposed
+  cols,        // (Tp/64, D, 64): A over t, per tile = the words of `pairs_of_t` (32, D) transposed
 };
 inline __m512 load_row(const float* src, int t, int T, int D, int d, __m512 scale) {
   return t < T ? _mm512_mul_ps(_mm512_loadu_ps(src + (int64_t)t * D + d), scale) : _mm512_setzero_ps();
@@ -139,12 +141,39 @@ void pack_pairs_of_t(uint16_t* dst, const float* src, int T, int Tp, int D, floa
       _mm512_storeu_si512(dst + (int64_t)t * D + 2 * d,
                           round_pair(load_row(src, t, T, D, d, sc), load_row(src, t + 1, T, D, d, sc)));
 }
+// In-register 16 x 16 transpose of 32-bit words: r[i] holds row i on entry and column i on return.
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
 // dst (cols, rows) = src (rows, cols)^T in 32-bit words, in 16 x 16 blocks; rows and cols multiples of 16.
 void transpose_words(uint32_t* dst, const uint32_t* src, int rows, int cols) {
   for (int r0 = 0; r0 < rows; r0 += 16)
-    for (int c0 = 0; c0 < cols; c0 += 16)
-      for (int c = c0; c < c0 + 16; c++)
-        for (int r = r0; r < r0 + 16; r++) dst[(int64_t)c * rows + r] = src[(int64_t)r * cols + c];
+    for (int c0 = 0; c0 < cols; c0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + (int64_t)(r0 + i) * cols + c0);
+      transpose16(r);
+      for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (int64_t)(c0 + i) * rows + r0, r[i]);
+    }
 }
 // All heads: src (heads, T, D) -> dst (heads, Tp * D) in `layout`.
 void pack(uint16_t* dst, const float* src, int heads, int T, int Tp, int D, Layout layout, float scale) {
@@ -165,11 +194,13 @@ void pack(uint16_t* dst, const float* src, int heads, int T, int Tp, int D, Layo
           break;
         case Layout::pairs_of_d:
           pack_rows(tmp.data, in, T, Tp, D, scale);
-          transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, Tp, D / 2);
+          for (int t0 = 0; t0 < Tp; t0 += kTile)
+            transpose_words((uint32_t*)(out + t0 * D), (const uint32_t*)(tmp.data + t0 * D), kTile, D / 2);
           break;
         case Layout::cols:
           pack_pairs_of_t(tmp.data, in, T, Tp, D, scale);
-          transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, Tp / 2, D);
+          for (int t0 = 0; t0 < Tp; t0 += kTile)
+            transpose_words((uint32_t*)(out + t0 * D), (const uint32_t*)(tmp.data + t0 * D), kTile / 2, D);
           break;
       }
     }
@@ -288,14 +319,14 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
   key_tiles(q0, W, lo, hi);
   for (int kt = lo; kt <= hi; kt++) {
     const int k0 = kt * kTile;
-    amx_gemm<false>(ts.s, kTile, k_rows + (int64_t)k0 * D, D, q_pairs + 2 * q0, 2 * a.Tp, kTile, kTile, D);
+    amx_gemm<false>(ts.s, kTile, k_rows + (int64_t)k0 * D, D, q_pairs + (int64_t)q0 * D, 2 * kTile, kTile, kTile, D);
     softmax_tile(ts, interior(q0, k0, W), q0, k0, W);
     for (int d = 0; d < D; d++)  // O^T = diag(alpha) O^T, per query (column)
       for (int c = 0; c < kTile; c += 16) {
         float* p = ts.acc + d * kTile + c;
         _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
       }
-    amx_gemm<true>(ts.acc, kTile, v_cols + k0, a.Tp, ts.p16, 2 * kTile, D, kTile, kTile);
+    amx_gemm<true>(ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile, kTile);
   }
   float* o = out + (bh * T + q0) * D;
   float* lse_row = lse + bh * T + q0;
@@ -361,17 +392,17 @@ int backward_task(const Args& a, float* dq, float* dk_acc, float* dv_acc, const 
       key_tiles(q0, W, lo, hi);
       for (int kt = lo; kt <= hi; kt++) {
         const int k0 = kt * kTile;
-        amx_gemm<false>(ts.s, kTile, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + 2 * q0, 2 * a.Tp, kTile,
-                        kTile, D);
-        amx_gemm<false>(ts.dp, kTile, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + 2 * q0, 2 * a.Tp, kTile,
-                        kTile, D);
+        amx_gemm<false>(ts.s, kTile, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + (int64_t)q0 * D, 2 * kTile,
+                        kTile, kTile, D);
+        amx_gemm<false>(ts.dp, kTile, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + (int64_t)q0 * D,
+                        2 * kTile, kTile, kTile, D);
         gradient_tile(ts, interior(q0, k0, W), q0, k0, W, scale);
         // dV += P^T dO, dK += dS^T Q (keys as rows), dQ^T += K^T dS^T
         amx_gemm<true>(dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, pk.oP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
                        kTile);
         amx_gemm<true>(dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, pk.qP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
                        kTile);
-        amx_gemm<true>(ts.acc, kTile, pk.kT + kv * hs + k0, a.Tp, ts.dsp16, 2 * kTile, D, kTile, kTile);
+        amx_gemm<true>(ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D, kTile, kTile);
       }
       visited += hi - lo + 1;
       float* dq_rows = dq + (bh * T + q0) * D;
