@@ -103,6 +103,12 @@ void amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint1
     }
 }
 
+inline void amx_gemm(bool accumulate, float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp,
+                     int64_t ldb, int M, int N, int K) {
+  if (accumulate) return amx_gemm<true>(C, ldc, A, lda, Bp, ldb, M, N, K);
+  amx_gemm<false>(C, ldc, A, lda, Bp, ldb, M, N, K);
+}
+
 // Two rows of 16 fp32 values -> one row of 16 bf16 pairs (row j in the low half of each pair, row j + 1 high).
 inline __m512i round_pair(__m512 row_j, __m512 row_j1) {
   const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(row_j));
@@ -313,7 +319,6 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
   const uint16_t* k_rows = kA + kv * a.head_size();
   const uint16_t* v_cols = vT + kv * a.head_size();
   const uint16_t* q_pairs = qB + bh * a.head_size();
-  std::fill(ts.acc, ts.acc + (size_t)D * kTile, 0.0f);
   for (int i = 0; i < kTile; i++) ts.m[i] = kNegBig, ts.l[i] = 0;
   int lo, hi;
   key_tiles(q0, W, lo, hi);
@@ -321,12 +326,12 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
     const int k0 = kt * kTile;
     amx_gemm<false>(ts.s, kTile, k_rows + (int64_t)k0 * D, D, q_pairs + (int64_t)q0 * D, 2 * kTile, kTile, kTile, D);
     softmax_tile(ts, interior(q0, k0, W), q0, k0, W);
-    for (int d = 0; d < D; d++)  // O^T = diag(alpha) O^T, per query (column)
+    for (int d = 0; d < D && kt > lo; d++)  // O^T = diag(alpha) O^T, per query (column); the first tile sets O^T
       for (int c = 0; c < kTile; c += 16) {
         float* p = ts.acc + d * kTile + c;
         _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
       }
-    amx_gemm<true>(ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile, kTile);
+    amx_gemm(kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile, kTile);
   }
   float* o = out + (bh * T + q0) * D;
   float* lse_row = lse + bh * T + q0;
@@ -369,14 +374,14 @@ struct BackwardPacks {
 };
 
 // Key/value head hk of batch b: dK, dV of its keys and dQ of its query heads. Returns the tile pairs visited.
-int backward_task(const Args& a, float* dq, float* dk_acc, float* dv_acc, const float* lse, const float* delta,
+// dK, dV rows of kv head kv start at dk + kv * kv_stride (dv alike). A key tile's first pair (its diagonal one, of
+// the group's first head) sets its rows, a query tile's first pair its dQ^T: no zeroing.
+int backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_stride, const float* lse, const float* delta,
                   const BackwardPacks& pk, int b, int hk, Scratch& ts, float scale) {
   const int D = a.D, T = a.T;
   const int64_t kv = (int64_t)b * a.Hkv + hk, hs = a.head_size();
-  float* dk_rows = dk_acc + kv * hs;
-  float* dv_rows = dv_acc + kv * hs;
-  std::fill(dk_rows, dk_rows + hs, 0.0f);
-  std::fill(dv_rows, dv_rows + hs, 0.0f);
+  float* dk_rows = dk + kv * kv_stride;
+  float* dv_rows = dv + kv * kv_stride;
   int visited = 0;
   for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
     const int64_t bh = (int64_t)b * a.H + h;
@@ -387,22 +392,23 @@ int backward_task(const Args& a, float* dq, float* dk_acc, float* dv_acc, const 
         ts.lse[i] = i < nq ? lse[bh * T + q0 + i] : -kMasked;  // padding queries get P = 0
         ts.delta[i] = i < nq ? delta[bh * T + q0 + i] : 0.0f;
       }
-      std::fill(ts.acc, ts.acc + (size_t)D * kTile, 0.0f);
       int lo, hi;
       key_tiles(q0, W, lo, hi);
       for (int kt = lo; kt <= hi; kt++) {
         const int k0 = kt * kTile;
+        const bool first_dkdv = h == hk * a.group && kt == qt, first_dq = kt == lo;
         amx_gemm<false>(ts.s, kTile, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + (int64_t)q0 * D, 2 * kTile,
                         kTile, kTile, D);
         amx_gemm<false>(ts.dp, kTile, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + (int64_t)q0 * D,
                         2 * kTile, kTile, kTile, D);
         gradient_tile(ts, interior(q0, k0, W), q0, k0, W, scale);
         // dV += P^T dO, dK += dS^T Q (keys as rows), dQ^T += K^T dS^T
-        amx_gemm<true>(dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, pk.oP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
-                       kTile);
-        amx_gemm<true>(dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, pk.qP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D,
-                       kTile);
-        amx_gemm<true>(ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D, kTile, kTile);
+        amx_gemm(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, pk.oP + bh * hs + (int64_t)q0 * D, 2 * D,
+                 kTile, D, kTile);
+        amx_gemm(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, pk.qP + bh * hs + (int64_t)q0 * D, 2 * D,
+                 kTile, D, kTile);
+        amx_gemm(!first_dq, ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D, kTile,
+                 kTile);
       }
       visited += hi - lo + 1;
       float* dq_rows = dq + (bh * T + q0) * D;
@@ -503,7 +509,9 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
   for (Buffer<uint16_t>* buf : {&pk.kA, &pk.vA, &pk.kT}) grow(*buf, kv_size);
   for (Buffer<uint16_t>* buf : {&pk.qB, &pk.oB, &pk.qP, &pk.oP}) grow(*buf, q_size);
-  grow(pk.dk, kv_size), grow(pk.dv, kv_size), grow(pk.delta, (size_t)B * H * T);
+  const bool padded = a.Tp != T;  // dK, dV rows past T need a home
+  if (padded) grow(pk.dk, kv_size), grow(pk.dv, kv_size);
+  grow(pk.delta, (size_t)B * H * T);
   const float scale = 1.0f / std::sqrt((float)D);
   pack(pk.kA.data, k, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
   pack(pk.vA.data, v, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
@@ -532,14 +540,17 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
     tiles_configure();
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < nkv; t++)
-      visited += backward_task(a, dq, pk.dk.data, pk.dv.data, lse, delta, bp, t / Hkv, t % Hkv, ts, scale);
+      visited += backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta,
+                               bp, t / Hkv, t % Hkv, ts, scale);
     _tile_release();
   }
-  // dK, dV: the first T rows of each head's padded accumulators
+  // dK, dV: where T is not a multiple of the tile, the first T rows of each head's padded accumulators
+  if (padded) {
 #pragma omp parallel for schedule(static)
-  for (int kv = 0; kv < nkv; kv++) {
-    std::memcpy(dk + (int64_t)kv * T * D, pk.dk.data + kv * a.head_size(), sizeof(float) * T * D);
-    std::memcpy(dv + (int64_t)kv * T * D, pk.dv.data + kv * a.head_size(), sizeof(float) * T * D);
+    for (int kv = 0; kv < nkv; kv++) {
+      std::memcpy(dk + (int64_t)kv * T * D, pk.dk.data + kv * a.head_size(), sizeof(float) * T * D);
+      std::memcpy(dv + (int64_t)kv * T * D, pk.dv.data + kv * a.head_size(), sizeof(float) * T * D);
+    }
   }
   if (counters) {
     for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
