@@ -525,9 +525,10 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   float* delta = pk.delta.data;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < nrows; r++) {
-    float acc = 0;
-    for (int d = 0; d < D; d++) acc = std::fma(dout[r * D + d], out[r * D + d], acc);
-    delta[r] = acc;
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16)
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(dout + r * D + d), _mm512_loadu_ps(out + r * D + d), acc);
+    delta[r] = _mm512_reduce_add_ps(acc);
   }
   const BackwardPacks bp{pk.kA.data, pk.vA.data, pk.kT.data, pk.qB.data, pk.oB.data, pk.qP.data, pk.oP.data};
   const int nkv = B * Hkv, nthreads = omp_get_max_threads();
