@@ -156,7 +156,8 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
 // kernel's own rounding of P and dS to bf16 (u / 2 relative each, u = 2^-8) and its fp32 sums. Bounded normwise per
 // tensor: out within u, the gradients within 4u (dS carries P's rounding into dQ and dK), and at least u / 64 away
 // from the fp32 kernel's result (bf16 is really in use). Shapes: T a multiple of the 64-row tile and not, windows
-// from 1 to more than T, grouped heads, head dims 32, 64, 128. The tile visits match the fp32 kernel's.
+// from 1 to more than T, grouped heads, head dims 32, 64, 128. The tile visits match the fp32 kernel's, and the score
+// elements computed cover the visible pairs.
 struct AttnCase {
   int B, H, Hkv, T, D;
   std::vector<int> window;
@@ -216,6 +217,11 @@ TEST(Bf16, AttentionMatchesEmulatedReference) {
     EXPECT_EQ(cnt16.fwd_tiles_skipped, cnt32.fwd_tiles_skipped);
     EXPECT_EQ(cnt16.fwd_pairs, cnt32.fwd_pairs);
     EXPECT_EQ(cnt16.bwd_tiles_skipped, cnt32.bwd_tiles_skipped);
+    // and inside them, the 32 x 32 blocks that hold no visible pair: computed covers the visible pairs, at most the
+    // visited tiles
+    EXPECT_GE(cnt16.fwd_pairs_computed, cnt16.fwd_pairs);
+    EXPECT_LE(cnt16.fwd_pairs_computed, cnt16.fwd_tiles_visited * 64 * 64);
+    EXPECT_EQ(cnt16.bwd_pairs_computed, cnt16.fwd_pairs_computed);
     std::printf("T=%d D=%d: out %.2e, dq %.2e, dk %.2e, dv %.2e relative (u = %.2e)\n", c.T, c.D, rel_error(out, ro),
                 rel_error(dq, rdq), rel_error(dk, rdk), rel_error(dv, rdv), u);
   }

@@ -66,14 +66,34 @@ void tiles_configure() {
   _tile_loadconfig(&cfg);
 }
 
+// Which 32 x 32 blocks of a tile pair hold a visible (query, key) pair: queries q0 + qi .. q0 + qi + 31 against
+// keys k0 + ki .. k0 + ki + 31. Boundary tiles skip the blocks of their products that hold none (the passes mask
+// what such a block would have held, and P^T and dS^T are 0 there).
+struct TileBand {
+  int q0, k0, W;
+  bool inner;
+  bool visible(int qi, int ki) const {
+    if (inner) return true;
+    const int64_t dmax = (int64_t)q0 + qi + 31 - (k0 + ki), dmin = (int64_t)q0 + qi - (k0 + ki + 31);
+    return dmax >= 0 && dmin < W;
+  }
+};
+
 // C (M, N) fp32 = [C +] A (M, K) B (K, N): A bf16 row-major, B bf16 in pairs of rows (row k/2 holds (B[k][n],
-// B[k + 1][n]) for each n), strides in elements. M, N, K multiples of 32. Blocks of 32 x 32 of C in tiles 0-3, the
-// two A tiles in 4-5 and the two B tiles in 6-7.
-template <bool kAccumulate>
-void amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp, int64_t ldb, int M, int N,
-              int K) {
+// B[k + 1][n]) for each n), strides in elements. M, N multiples of 32, K of 32. Blocks of 32 x 32 of C in tiles 0-3,
+// the two A tiles in 4-5 and the two B tiles in 6-7. need(i, j, k): whether the block at row i, column j needs the
+// k chunk [k, k + 32); a block that needs none is skipped where `skip_empty` (else it is set or kept as it is).
+template <bool kAccumulate, class Need>
+uint64_t amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp, int64_t ldb, int M, int N,
+                  int K, const Need& need, bool skip_empty) {
+  uint64_t macs = 0;
   for (int i = 0; i < M; i += 32)
     for (int j = 0; j < N; j += 32) {
+      if (skip_empty) {
+        bool any = false;
+        for (int k = 0; k < K && !any; k += 32) any = need(i, j, k);
+        if (!any) continue;
+      }
       float* c = C + i * ldc + j;
       if (kAccumulate) {
         _tile_loadd(0, c, ldc * 4);
@@ -87,6 +107,8 @@ void amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint1
         _tile_zero(3);
       }
       for (int k = 0; k < K; k += 32) {
+        if (!need(i, j, k)) continue;
+        macs += 32 * 32 * 32;
         _tile_loadd(4, A + i * lda + k, lda * 2);
         _tile_loadd(5, A + (i + 16) * lda + k, lda * 2);
         _tile_loadd(6, Bp + (k / 2) * ldb + 2 * j, ldb * 2);
@@ -101,13 +123,26 @@ void amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint1
       _tile_stored(2, c + 16 * ldc, ldc * 4);
       _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
     }
+  return macs;
+}
+// The score products S^T, dP^T (keys as rows, queries as columns): blocks without a visible pair are skipped.
+// Every product returns the multiply-adds it executed.
+uint64_t amx_scores(float* C, const uint16_t* A, int64_t lda, const uint16_t* Bp, int D, const TileBand& band) {
+  return amx_gemm<false>(
+      C, kTile, A, lda, Bp, 2 * kTile, kTile, kTile, D, [&](int i, int j, int) { return band.visible(j, i); }, true);
+}
+// The products that sum over the pair's keys or queries: C [+]= A B with `need` over the summed chunk.
+template <class Need>
+uint64_t amx_sum(bool accumulate, float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp,
+                 int64_t ldb, int M, int N, const Need& need) {
+  if (accumulate) return amx_gemm<true>(C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
+  return amx_gemm<false>(C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
 }
 
-inline void amx_gemm(bool accumulate, float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp,
-                     int64_t ldb, int M, int N, int K) {
-  if (accumulate) return amx_gemm<true>(C, ldc, A, lda, Bp, ldb, M, N, K);
-  amx_gemm<false>(C, ldc, A, lda, Bp, ldb, M, N, K);
-}
+// Work counts of a thread (AttnCounters: score elements computed, tile pairs visited, multiply-adds).
+struct Work {
+  uint64_t computed = 0, visited = 0, macs = 0;
+};
 
 // Two rows of 16 fp32 values -> one row of 16 bf16 pairs (row j in the low half of each pair, row j + 1 high).
 inline __m512i round_pair(__m512 row_j, __m512 row_j1) {
@@ -311,9 +346,9 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
   }
 }
 
-// Query tile qt of head h in batch b: out and lse rows. Returns the tile pairs visited.
-int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, const uint16_t* vT, const uint16_t* qB,
-                 int b, int h, int qt, Scratch& ts) {
+// Query tile qt of head h in batch b: out and lse rows.
+void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, const uint16_t* vT, const uint16_t* qB,
+                  int b, int h, int qt, Scratch& ts, Work& work) {
   const int D = a.D, T = a.T, W = a.window[h], q0 = qt * kTile, nq = std::min(kTile, T - q0);
   const int64_t kv = (int64_t)b * a.Hkv + h / a.group, bh = (int64_t)b * a.H + h;
   const uint16_t* k_rows = kA + kv * a.head_size();
@@ -324,14 +359,18 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
   key_tiles(q0, W, lo, hi);
   for (int kt = lo; kt <= hi; kt++) {
     const int k0 = kt * kTile;
-    amx_gemm<false>(ts.s, kTile, k_rows + (int64_t)k0 * D, D, q_pairs + (int64_t)q0 * D, 2 * kTile, kTile, kTile, D);
-    softmax_tile(ts, interior(q0, k0, W), q0, k0, W);
+    const bool inner = interior(q0, k0, W);
+    const TileBand band{q0, k0, W, inner};
+    const uint64_t qk = amx_scores(ts.s, k_rows + (int64_t)k0 * D, D, q_pairs + (int64_t)q0 * D, D, band);
+    work.computed += qk / D, work.macs += qk;
+    softmax_tile(ts, inner, q0, k0, W);
     for (int d = 0; d < D && kt > lo; d++)  // O^T = diag(alpha) O^T, per query (column); the first tile sets O^T
       for (int c = 0; c < kTile; c += 16) {
         float* p = ts.acc + d * kTile + c;
         _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
       }
-    amx_gemm(kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile, kTile);
+    work.macs += amx_sum(kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile,
+                         [&](int, int j, int k) { return band.visible(j, k); });
   }
   float* o = out + (bh * T + q0) * D;
   float* lse_row = lse + bh * T + q0;
@@ -340,7 +379,7 @@ int forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, cons
     for (int d = 0; d < D; d++) o[(int64_t)i * D + d] = ts.acc[d * kTile + i] * inv_l;
     lse_row[i] = ts.m[i] + std::log(ts.l[i]);
   }
-  return hi - lo + 1;
+  work.visited += hi - lo + 1;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -358,8 +397,11 @@ void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) 
       __m512 p = _mm512_setzero_ps(), ds = p;
       if (j >= rows.lo && j < rows.hi) {
         p = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
-        if (!inner) p = _mm512_maskz_mov_ps(visible_lanes(q0, c, k0 + j, W), p);
         ds = _mm512_mul_ps(_mm512_mul_ps(p, sc), _mm512_sub_ps(_mm512_loadu_ps(ts.dp + j * kTile + c), delta));
+        if (!inner) {  // a skipped block's S^T and dP^T are stale (TileBand): both masked
+          const __mmask16 vis = visible_lanes(q0, c, k0 + j, W);
+          p = _mm512_maskz_mov_ps(vis, p), ds = _mm512_maskz_mov_ps(vis, ds);
+        }
       }
       store_rounded(ts.p16 + j * kTile + c, p);
       store_rounded(ts.ds16 + j * kTile + c, ds);
@@ -373,16 +415,15 @@ struct BackwardPacks {
   const uint16_t *kA, *vA, *kT, *qB, *oB, *qP, *oP;
 };
 
-// Key/value head hk of batch b: dK, dV of its keys and dQ of its query heads. Returns the tile pairs visited.
+// Key/value head hk of batch b: dK, dV of its keys and dQ of its query heads.
 // dK, dV rows of kv head kv start at dk + kv * kv_stride (dv alike). A key tile's first pair (its diagonal one, of
 // the group's first head) sets its rows, a query tile's first pair its dQ^T: no zeroing.
-int backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_stride, const float* lse, const float* delta,
-                  const BackwardPacks& pk, int b, int hk, Scratch& ts, float scale) {
+void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_stride, const float* lse,
+                   const float* delta, const BackwardPacks& pk, int b, int hk, Scratch& ts, float scale, Work& work) {
   const int D = a.D, T = a.T;
   const int64_t kv = (int64_t)b * a.Hkv + hk, hs = a.head_size();
   float* dk_rows = dk + kv * kv_stride;
   float* dv_rows = dv + kv * kv_stride;
-  int visited = 0;
   for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
     const int64_t bh = (int64_t)b * a.H + h;
     const int W = a.window[h];
@@ -397,26 +438,29 @@ int backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_str
       for (int kt = lo; kt <= hi; kt++) {
         const int k0 = kt * kTile;
         const bool first_dkdv = h == hk * a.group && kt == qt, first_dq = kt == lo;
-        amx_gemm<false>(ts.s, kTile, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + (int64_t)q0 * D, 2 * kTile,
-                        kTile, kTile, D);
-        amx_gemm<false>(ts.dp, kTile, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + (int64_t)q0 * D,
-                        2 * kTile, kTile, kTile, D);
-        gradient_tile(ts, interior(q0, k0, W), q0, k0, W, scale);
-        // dV += P^T dO, dK += dS^T Q (keys as rows), dQ^T += K^T dS^T
-        amx_gemm(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, pk.oP + bh * hs + (int64_t)q0 * D, 2 * D,
-                 kTile, D, kTile);
-        amx_gemm(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, pk.qP + bh * hs + (int64_t)q0 * D, 2 * D,
-                 kTile, D, kTile);
-        amx_gemm(!first_dq, ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D, kTile,
-                 kTile);
+        const bool inner = interior(q0, k0, W);
+        const TileBand band{q0, k0, W, inner};
+        const uint64_t qk =
+            amx_scores(ts.s, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + (int64_t)q0 * D, D, band);
+        work.computed += qk / D, work.macs += qk;
+        work.macs +=
+            amx_scores(ts.dp, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + (int64_t)q0 * D, D, band);
+        gradient_tile(ts, inner, q0, k0, W, scale);
+        // dV += P^T dO, dK += dS^T Q (keys as rows, summed over queries), dQ^T += K^T dS^T (summed over keys)
+        const auto over_queries = [&](int i, int, int k) { return band.visible(k, i); };
+        work.macs += amx_sum(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile,
+                             pk.oP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
+        work.macs += amx_sum(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile,
+                             pk.qP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
+        work.macs += amx_sum(!first_dq, ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D,
+                             kTile, [&](int, int j, int k) { return band.visible(j, k); });
       }
-      visited += hi - lo + 1;
+      work.visited += hi - lo + 1;
       float* dq_rows = dq + (bh * T + q0) * D;
       for (int i = 0; i < nq; i++)
         for (int d = 0; d < D; d++) dq_rows[(int64_t)i * D + d] = ts.acc[d * kTile + i];
     }
   }
-  return visited;
 }
 
 Args make_args(const int* window, int B, int H, int Hkv, int T, int D) {
@@ -424,7 +468,7 @@ Args make_args(const int* window, int B, int H, int Hkv, int T, int D) {
   return {B, H, Hkv, T, ntiles * kTile, D, H / Hkv, ntiles, window};
 }
 
-// Counters as the fp32 kernel defines them; a visited pair computes its whole tile.
+// Tiles of the causal triangle that the windows skip (AttnCounters, as the fp32 kernel counts them).
 uint64_t skipped_tiles(const Args& a) {
   uint64_t n = 0;
   for (int h = 0; h < a.H; h++)
@@ -475,25 +519,27 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   const int nthreads = omp_get_max_threads();
   size_t per_thread;
   float* scratch = thread_scratch(D, nthreads, per_thread);
-  uint64_t visited = 0;
-#pragma omp parallel reduction(+ : visited)
+  uint64_t computed = 0, visited = 0, macs = 0;
+#pragma omp parallel reduction(+ : computed, visited, macs)
   {
     Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
+    Work work;
     tiles_configure();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntasks; t++) {  // latest query tiles first: they visit the most key tiles
       const int64_t bh = t % ((int64_t)B * H);
       const int qt = a.ntiles - 1 - (int)(t / ((int64_t)B * H));
-      visited += forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts);
+      forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts, work);
     }
     _tile_release();
+    computed += work.computed, visited += work.visited, macs += work.macs;
   }
   if (counters) {
     for (int h = 0; h < H; h++) counters->fwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
-    counters->fwd_pairs_computed += visited * kTile * kTile;
+    counters->fwd_pairs_computed += computed;
     counters->fwd_tiles_visited += visited;
     counters->fwd_tiles_skipped += skipped_tiles(a);
-    counters->macs += visited * 2 * kTile * kTile * D;
+    counters->macs += macs;
   }
 }
 
@@ -534,16 +580,18 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   const int nkv = B * Hkv, nthreads = omp_get_max_threads();
   size_t per_thread;
   float* scratch = thread_scratch(D, nthreads, per_thread);
-  uint64_t visited = 0;
-#pragma omp parallel reduction(+ : visited)
+  uint64_t computed = 0, visited = 0, macs = 0;
+#pragma omp parallel reduction(+ : computed, visited, macs)
   {
     Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
+    Work work;
     tiles_configure();
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < nkv; t++)
-      visited += backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta,
-                               bp, t / Hkv, t % Hkv, ts, scale);
+      backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta, bp, t / Hkv,
+                    t % Hkv, ts, scale, work);
     _tile_release();
+    computed += work.computed, visited += work.visited, macs += work.macs;
   }
   // dK, dV: where T is not a multiple of the tile, the first T rows of each head's padded accumulators
   if (padded) {
@@ -555,10 +603,10 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   }
   if (counters) {
     for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
-    counters->bwd_pairs_computed += visited * kTile * kTile;
+    counters->bwd_pairs_computed += computed;
     counters->bwd_tiles_visited += visited;
     counters->bwd_tiles_skipped += skipped_tiles(a);
-    counters->macs += visited * 5 * kTile * kTile * D;
+    counters->macs += macs;
   }
 }
 
