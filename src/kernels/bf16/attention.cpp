@@ -146,9 +146,10 @@ struct Work {
 
 // Two rows of 16 fp32 values -> one row of 16 bf16 pairs (row j in the low half of each pair, row j + 1 high).
 inline __m512i round_pair(__m512 row_j, __m512 row_j1) {
-  const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(row_j));
-  const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(row_j1));
-  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+  // one conversion of both (row j in the low 16 values, row j + 1 in the high), then one interleaving permute
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(row_j1, row_j));
 }
 // 16 fp32 -> 16 bf16 stored at p.
 inline void store_rounded(uint16_t* p, __m512 x) {
@@ -248,6 +249,21 @@ void pack(uint16_t* dst, const float* src, int heads, int T, int Tp, int D, Layo
   }
 }
 
+// dst rows i < nq (D values each) = column i of acc (D, 64) times scale[i] (1 without scale): O and dQ from the
+// transposed accumulators, 16 x 16 blocks transposed in registers.
+void store_transposed(float* dst, const float* acc, const float* scale, int nq, int D) {
+  for (int i0 = 0; i0 < nq; i0 += 16) {
+    const __m512 sc = scale ? _mm512_loadu_ps(scale + i0) : _mm512_set1_ps(1.0f);
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i r[16];
+      for (int d = 0; d < 16; d++)
+        r[d] = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(acc + (d0 + d) * kTile + i0), sc));
+      transpose16(r);
+      for (int i = 0; i < 16 && i0 + i < nq; i++) _mm512_storeu_si512(dst + (int64_t)(i0 + i) * D + d0, r[i]);
+    }
+  }
+}
+
 // Lanes (queries q0 + c + lane) that see key `key`: 0 <= query - key < W.
 inline __mmask16 visible_lanes(int q0, int c, int key, int W) {
   const __m512i d = _mm512_add_epi32(_mm512_set1_epi32(q0 + c - key),
@@ -315,17 +331,19 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
   const __m512i zero_pair = _mm512_setzero_si512();
   for (int c = 0; c < kTile; c += 16) {
     const Rows rows = visible_rows(inner, q0, c, k0, W);
-    __m512 mx = _mm512_set1_ps(kMasked);
+    const __m512 masked = _mm512_set1_ps(kMasked);
+    __m512 mx[4] = {masked, masked, masked, masked};  // 4 chains: a max waits 4 cycles for the one before
     for (int j = rows.lo; j < rows.hi; j++) {
       float* row = ts.s + j * kTile + c;
       __m512 x = _mm512_loadu_ps(row);
       if (!inner) {
-        x = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked), visible_lanes(q0, c, k0 + j, W), x);
+        x = _mm512_mask_mov_ps(masked, visible_lanes(q0, c, k0 + j, W), x);
         _mm512_storeu_ps(row, x);
       }
-      mx = _mm512_max_ps(mx, x);
+      mx[j % 4] = _mm512_max_ps(mx[j % 4], x);
     }
-    const __m512 m_old = _mm512_loadu_ps(ts.m + c), m_new = _mm512_max_ps(m_old, mx);
+    const __m512 m_old = _mm512_loadu_ps(ts.m + c),
+                 m_new = _mm512_max_ps(m_old, _mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])));
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < kTile; j += 2) {
       uint16_t* pair_row = ts.p16 + (j / 2) * 2 * kTile + 2 * c;
@@ -372,13 +390,12 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
     work.macs += amx_sum(kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile,
                          [&](int, int j, int k) { return band.visible(j, k); });
   }
-  float* o = out + (bh * T + q0) * D;
   float* lse_row = lse + bh * T + q0;
-  for (int i = 0; i < nq; i++) {
-    const float inv_l = 1.0f / ts.l[i];
-    for (int d = 0; d < D; d++) o[(int64_t)i * D + d] = ts.acc[d * kTile + i] * inv_l;
-    lse_row[i] = ts.m[i] + std::log(ts.l[i]);
+  for (int i = 0; i < kTile; i++) {
+    ts.alpha[i] = 1.0f / ts.l[i];  // alpha's last use was the last tile's rescale
+    if (i < nq) lse_row[i] = ts.m[i] + std::log(ts.l[i]);
   }
+  store_transposed(out + (bh * T + q0) * D, ts.acc, ts.alpha, nq, D);
   work.visited += hi - lo + 1;
 }
 
@@ -456,9 +473,7 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
                              kTile, [&](int, int j, int k) { return band.visible(j, k); });
       }
       work.visited += hi - lo + 1;
-      float* dq_rows = dq + (bh * T + q0) * D;
-      for (int i = 0; i < nq; i++)
-        for (int d = 0; d < D; d++) dq_rows[(int64_t)i * D + d] = ts.acc[d * kTile + i];
+      store_transposed(dq + (bh * T + q0) * D, ts.acc, nullptr, nq, D);
     }
   }
 }
