@@ -70,21 +70,22 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 #pragma omp simd
       for (int c = 0; c < C; c++) dxn[c] = r * (dn[c] * w[c] - xn[c] * r * dot);
     }
-    // dw: split by channel blocks so each sum over rows runs in row order.
+    // dw: each channel's sum over rows runs in row order, so the bits do not depend on the threads. Each thread
+    // takes a range of channels (whole blocks of 16) and walks the rows once, reading its part of a row as one
+    // stream (a block of 16 channels at a time read one cache line per row, 1 KB apart at C = 256: 10x slower).
     constexpr int kBlock = 16;
-    const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-      const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
-      float acc[kBlock] = {};
-      for (int n = 0; n < N; n++) {
-        const float* xn = x + (int64_t)n * C;
-        const float* dn = dout + (int64_t)n * C;
-        const float r = rstd[n];
-        for (int c = c0; c < c1; c++) acc[c - c0] += dn[c] * xn[c] * r;
-      }
-      for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
+    const int nth = omp_get_num_threads(), nblocks = (C + kBlock - 1) / kBlock;
+    const int per = (nblocks + nth - 1) / nth * kBlock, c0 = std::min(C, omp_get_thread_num() * per),
+              c1 = std::min(C, c0 + per);
+    thread_local std::vector<float> acc;
+    acc.assign(c1 - c0, 0.0f);
+    for (int n = 0; n < N && c0 < c1; n++) {
+      const float* xn = x + (int64_t)n * C;
+      const float* dn = dout + (int64_t)n * C;
+      const float r = rstd[n];
+      for (int c = c0; c < c1; c++) acc[c - c0] += dn[c] * xn[c] * r;
     }
+    for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
   }
 }
 
