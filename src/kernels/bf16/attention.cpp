@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/arena.h"
 #include "core/check.h"
@@ -217,35 +218,45 @@ void transpose_words(uint32_t* dst, const uint32_t* src, int rows, int cols) {
       for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (int64_t)(c0 + i) * rows + r0, r[i]);
     }
 }
-// All heads: src (heads, T, D) -> dst (heads, Tp * D) in `layout`.
-void pack(uint16_t* dst, const float* src, int heads, int T, int Tp, int D, Layout layout, float scale) {
+// One output of pack: dst (heads, Tp * D) in `layout`, the values times `scale`.
+struct PackOut {
+  uint16_t* dst;
+  Layout layout;
+  float scale;
+};
+// All heads: src (heads, T, D) -> each output. A tile's values (positions t0 .. t0 + 63) lie in [t0 D, (t0 + 64) D) of
+// its head in every layout, so the outputs are made a tile at a time: the tile's source rows come from memory once,
+// the other outputs read them from L1.
+void pack(const float* src, int heads, int T, int Tp, int D, std::initializer_list<PackOut> outs) {
 #pragma omp parallel
   {
-    thread_local Buffer<uint16_t> tmp;  // the untransposed layout of one head
-    if (tmp.size < (size_t)Tp * D) tmp.resize((size_t)Tp * D);
+    thread_local Buffer<uint16_t> tmp;  // one tile in the untransposed layout
+    if (tmp.size < (size_t)kTile * D) tmp.resize((size_t)kTile * D);
 #pragma omp for schedule(static)
-    for (int hd = 0; hd < heads; hd++) {
-      uint16_t* out = dst + (int64_t)hd * Tp * D;
-      const float* in = src + (int64_t)hd * T * D;
-      switch (layout) {
-        case Layout::rows:
-          pack_rows(out, in, T, Tp, D, scale);
-          break;
-        case Layout::pairs_of_t:
-          pack_pairs_of_t(out, in, T, Tp, D, scale);
-          break;
-        case Layout::pairs_of_d:
-          pack_rows(tmp.data, in, T, Tp, D, scale);
-          for (int t0 = 0; t0 < Tp; t0 += kTile)
-            transpose_words((uint32_t*)(out + t0 * D), (const uint32_t*)(tmp.data + t0 * D), kTile, D / 2);
-          break;
-        case Layout::cols:
-          pack_pairs_of_t(tmp.data, in, T, Tp, D, scale);
-          for (int t0 = 0; t0 < Tp; t0 += kTile)
-            transpose_words((uint32_t*)(out + t0 * D), (const uint32_t*)(tmp.data + t0 * D), kTile / 2, D);
-          break;
+    for (int hd = 0; hd < heads; hd++)
+      for (int t0 = 0; t0 < Tp; t0 += kTile) {
+        const float* in = src + ((int64_t)hd * T + t0) * D;
+        const int rows = std::clamp(T - t0, 0, kTile);  // the rest of the tile is zero
+        for (const PackOut& o : outs) {
+          uint16_t* out = o.dst + (int64_t)hd * Tp * D + (int64_t)t0 * D;
+          switch (o.layout) {
+            case Layout::rows:
+              pack_rows(out, in, rows, kTile, D, o.scale);
+              break;
+            case Layout::pairs_of_t:
+              pack_pairs_of_t(out, in, rows, kTile, D, o.scale);
+              break;
+            case Layout::pairs_of_d:
+              pack_rows(tmp.data, in, rows, kTile, D, o.scale);
+              transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, kTile, D / 2);
+              break;
+            case Layout::cols:
+              pack_pairs_of_t(tmp.data, in, rows, kTile, D, o.scale);
+              transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, kTile / 2, D);
+              break;
+          }
+        }
       }
-    }
   }
 }
 
@@ -527,9 +538,9 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   PackBuffers& pk = packs();
   const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
   grow(pk.kA, kv_size), grow(pk.vT, kv_size), grow(pk.qB, q_size);
-  pack(pk.kA.data, k, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
-  pack(pk.vT.data, v, B * Hkv, T, a.Tp, D, Layout::cols, 1.0f);
-  pack(pk.qB.data, q, B * H, T, a.Tp, D, Layout::pairs_of_d, 1.0f / std::sqrt((float)D));
+  pack(k, B * Hkv, T, a.Tp, D, {{pk.kA.data, Layout::rows, 1.0f}});
+  pack(v, B * Hkv, T, a.Tp, D, {{pk.vT.data, Layout::cols, 1.0f}});
+  pack(q, B * H, T, a.Tp, D, {{pk.qB.data, Layout::pairs_of_d, 1.0f / std::sqrt((float)D)}});
   const int64_t ntasks = (int64_t)B * H * a.ntiles;
   const int nthreads = omp_get_max_threads();
   size_t per_thread;
@@ -574,13 +585,10 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   if (padded) grow(pk.dk, kv_size), grow(pk.dv, kv_size);
   grow(pk.delta, (size_t)B * H * T);
   const float scale = 1.0f / std::sqrt((float)D);
-  pack(pk.kA.data, k, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
-  pack(pk.vA.data, v, B * Hkv, T, a.Tp, D, Layout::rows, 1.0f);
-  pack(pk.kT.data, k, B * Hkv, T, a.Tp, D, Layout::cols, 1.0f);
-  pack(pk.qB.data, q, B * H, T, a.Tp, D, Layout::pairs_of_d, scale);
-  pack(pk.oB.data, dout, B * H, T, a.Tp, D, Layout::pairs_of_d, 1.0f);
-  pack(pk.qP.data, q, B * H, T, a.Tp, D, Layout::pairs_of_t, 1.0f);
-  pack(pk.oP.data, dout, B * H, T, a.Tp, D, Layout::pairs_of_t, 1.0f);
+  pack(k, B * Hkv, T, a.Tp, D, {{pk.kA.data, Layout::rows, 1.0f}, {pk.kT.data, Layout::cols, 1.0f}});
+  pack(v, B * Hkv, T, a.Tp, D, {{pk.vA.data, Layout::rows, 1.0f}});
+  pack(q, B * H, T, a.Tp, D, {{pk.qB.data, Layout::pairs_of_d, scale}, {pk.qP.data, Layout::pairs_of_t, 1.0f}});
+  pack(dout, B * H, T, a.Tp, D, {{pk.oB.data, Layout::pairs_of_d, 1.0f}, {pk.oP.data, Layout::pairs_of_t, 1.0f}});
   // Delta = rowsum(dO * O) in fp32
   const int64_t nrows = (int64_t)B * H * T;
   float* delta = pk.delta.data;
