@@ -489,6 +489,27 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
   }
 }
 
+// Runs task(t, scratch, work) for t < n over the OpenMP threads (dynamic, one task at a time), each thread with its
+// tile registers configured and its own scratch; returns the work summed over the threads.
+template <class Task>
+Work run_tasks(int64_t n, int D, const Task& task) {
+  const int nthreads = omp_get_max_threads();
+  size_t per_thread;
+  float* scratch = thread_scratch(D, nthreads, per_thread);
+  uint64_t computed = 0, visited = 0, macs = 0;
+#pragma omp parallel reduction(+ : computed, visited, macs)
+  {
+    Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
+    Work work;
+    tiles_configure();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n; t++) task(t, ts, work);
+    _tile_release();
+    computed += work.computed, visited += work.visited, macs += work.macs;
+  }
+  return {computed, visited, macs};
+}
+
 Args make_args(const int* window, int B, int H, int Hkv, int T, int D) {
   const int ntiles = (T + kTile - 1) / kTile;
   return {B, H, Hkv, T, ntiles * kTile, D, H / Hkv, ntiles, window};
@@ -541,31 +562,19 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   pack(k, B * Hkv, T, a.Tp, D, {{pk.kA.data, Layout::rows, 1.0f}});
   pack(v, B * Hkv, T, a.Tp, D, {{pk.vT.data, Layout::cols, 1.0f}});
   pack(q, B * H, T, a.Tp, D, {{pk.qB.data, Layout::pairs_of_d, 1.0f / std::sqrt((float)D)}});
-  const int64_t ntasks = (int64_t)B * H * a.ntiles;
-  const int nthreads = omp_get_max_threads();
-  size_t per_thread;
-  float* scratch = thread_scratch(D, nthreads, per_thread);
-  uint64_t computed = 0, visited = 0, macs = 0;
-#pragma omp parallel reduction(+ : computed, visited, macs)
-  {
-    Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
-    Work work;
-    tiles_configure();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < ntasks; t++) {  // latest query tiles first: they visit the most key tiles
-      const int64_t bh = t % ((int64_t)B * H);
-      const int qt = a.ntiles - 1 - (int)(t / ((int64_t)B * H));
-      forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts, work);
-    }
-    _tile_release();
-    computed += work.computed, visited += work.visited, macs += work.macs;
-  }
+  const int64_t nbh = (int64_t)B * H;
+  // latest query tiles first: they visit the most key tiles
+  const Work w = run_tasks(nbh * a.ntiles, D, [&](int64_t t, Scratch& ts, Work& work) {
+    const int64_t bh = t % nbh;
+    const int qt = a.ntiles - 1 - (int)(t / nbh);
+    forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts, work);
+  });
   if (counters) {
     for (int h = 0; h < H; h++) counters->fwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
-    counters->fwd_pairs_computed += computed;
-    counters->fwd_tiles_visited += visited;
+    counters->fwd_pairs_computed += w.computed;
+    counters->fwd_tiles_visited += w.visited;
     counters->fwd_tiles_skipped += skipped_tiles(a);
-    counters->macs += macs;
+    counters->macs += w.macs;
   }
 }
 
@@ -600,22 +609,11 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
     delta[r] = _mm512_reduce_add_ps(acc);
   }
   const BackwardPacks bp{pk.kA.data, pk.vA.data, pk.kT.data, pk.qB.data, pk.oB.data, pk.qP.data, pk.oP.data};
-  const int nkv = B * Hkv, nthreads = omp_get_max_threads();
-  size_t per_thread;
-  float* scratch = thread_scratch(D, nthreads, per_thread);
-  uint64_t computed = 0, visited = 0, macs = 0;
-#pragma omp parallel reduction(+ : computed, visited, macs)
-  {
-    Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
-    Work work;
-    tiles_configure();
-#pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < nkv; t++)
-      backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta, bp, t / Hkv,
-                    t % Hkv, ts, scale, work);
-    _tile_release();
-    computed += work.computed, visited += work.visited, macs += work.macs;
-  }
+  const int nkv = B * Hkv;
+  const Work w = run_tasks(nkv, D, [&](int64_t t, Scratch& ts, Work& work) {
+    backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta, bp,
+                  (int)t / Hkv, (int)t % Hkv, ts, scale, work);
+  });
   // dK, dV: where T is not a multiple of the tile, the first T rows of each head's padded accumulators
   if (padded) {
 #pragma omp parallel for schedule(static)
@@ -626,10 +624,10 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
   }
   if (counters) {
     for (int h = 0; h < H; h++) counters->bwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
-    counters->bwd_pairs_computed += computed;
-    counters->bwd_tiles_visited += visited;
+    counters->bwd_pairs_computed += w.computed;
+    counters->bwd_tiles_visited += w.visited;
     counters->bwd_tiles_skipped += skipped_tiles(a);
-    counters->macs += macs;
+    counters->macs += w.macs;
   }
 }
 
