@@ -12,8 +12,9 @@
 //   forward   S^T = kA qB, softmax pass -> P^T in pairs of rows, O^T (D, 64) = diag(alpha) O^T + vT P^T
 //   backward  S^T = kA qB, dP^T = vA oB, pass -> P^T and dS^T (rows) and dS^T (pairs of rows),
 //             dV += P^T oP, dK += dS^T qP, dQ^T += kT dS^T
-// Work follows the windows at tile granularity: the key tiles a query tile visits are the fp32 kernel's; a visited
-// tile is computed whole and masked in the softmax pass (its products are cheap next to that pass on AMX).
+// Work follows the windows: the key tiles a query tile visits are the fp32 kernel's; inside a boundary tile the
+// products skip the 32 x 32 blocks that hold no visible pair (TileBand) and the passes run over the rows some query
+// of a column group sees, masking the rest (the products are cheap next to those passes on AMX).
 // Calls with diagnostics (the controller's update steps), head dims that are not a multiple of 32, and CPUs or
 // builds without AMX run the fp32 kernel.
 #include <sys/syscall.h>
