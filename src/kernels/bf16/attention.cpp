@@ -536,11 +536,16 @@ PackBuffers& packs() {
   thread_local PackBuffers p;
   return p;
 }
-void grow(Buffer<uint16_t>& b, size_t n) {
+template <class U>
+void grow(Buffer<U>& b, size_t n) {
   if (b.size < n) b.resize(n);
 }
-void grow(Buffer<float>& b, size_t n) {
-  if (b.size < n) b.resize(n);
+
+// Whether a call runs here: AMX and its shapes (attn_amx), and a well-formed call. Anything else goes to the fp32
+// kernel, which also reports a malformed one (bad shape, a window below 1) with its own error.
+bool takes(int D, const AttnDiagnostics* diag, const int* window, int B, int H, int Hkv, int T) {
+  if (!attn_amx(D, diag) || B < 1 || T < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return false;
+  return std::all_of(window, window + H, [](int w) { return w >= 1; });
 }
 
 }  // namespace
@@ -552,10 +557,8 @@ bool attn_amx(int D, const AttnDiagnostics* diag) {
 
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
                         int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
-  if (!attn_amx(D, diag) || T == 0 || B == 0 || H % Hkv != 0)
+  if (!takes(D, diag, window, B, H, Hkv, T))
     return cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
-  for (int h = 0; h < H; h++)
-    if (window[h] < 1) fail("[bf16::attn_local_forward] window of head ", h, " is ", window[h], ", must be >= 1");
   const Args a = make_args(window, B, H, Hkv, T, D);
   PackBuffers& pk = packs();
   const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
@@ -582,10 +585,8 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
 void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                          const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
                          int T, int D, AttnCounters* counters) {
-  if (!attn_amx(D, nullptr) || T == 0 || B == 0 || H % Hkv != 0)
+  if (!takes(D, nullptr, window, B, H, Hkv, T))
     return cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
-  for (int h = 0; h < H; h++)
-    if (window[h] < 1) fail("[bf16::attn_local_backward] window of head ", h, " is ", window[h], ", must be >= 1");
   const Args a = make_args(window, B, H, Hkv, T, D);
   PackBuffers& pk = packs();
   const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
