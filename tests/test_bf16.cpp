@@ -128,6 +128,7 @@ TEST(Bf16, ProductsWithBf16WeightsMatchWidenedReference) {
       }
 }
 
+// Also with w already bf16 (matmul_backward_bf16w): bit for bit what rounding w at the call gives.
 TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   for (const Shape& s : kShapes) {
     const std::vector<float> inp = random_vector(size_t(s.N) * s.C, 3), w = random_vector(size_t(s.OC) * s.C, 4),
@@ -147,6 +148,14 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
       if (with_dinp) expect_within_fp32_sum_bound(dinp, want_dinp, abs_dinp, s.OC, "dinp");
       if (!with_dinp) EXPECT_EQ(dinp[0], -99.0f);  // not written
       expect_within_fp32_sum_bound(dw, want_dw, abs_dw, s.N + 1, "dw");
+      // With w rounded once beforehand (the model's Weights16): the same operands, so the same bits.
+      std::vector<uint16_t> w16(w.size());
+      bf16::convert(w16.data(), w.data(), w.size());
+      std::vector<float> dinp16(dinp.size(), -99.0f), dw16 = dw0;
+      bf16::matmul_backward_bf16w(with_dinp ? dinp16.data() : nullptr, dw16.data(), dout.data(), inp.data(), w16.data(),
+                                  s.N, s.C, s.OC);
+      EXPECT_EQ(0, std::memcmp(dinp16.data(), dinp.data(), dinp.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dw16.data(), dw.data(), dw.size() * 4));
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.h"
@@ -193,6 +194,92 @@ TEST(Backend, AToyBackendCarriesTheWholeStep) {
     num += d * d, den += ref.grads_data()[i] * ref.grads_data()[i];
   }
   EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+// A bf16 backend's products read the model's bf16 copy of its weights (Weights16), rounded at each forward: a toy
+// bf16 backend (the reference with bf16 set, its bf16-weight products counted) takes every weight product through
+// matmul_forward_bf16w / matmul_backward_bf16w and none through the fp32-weight entries, and its loss and
+// gradients are those of the double model whose matrices are the bf16-rounded weights (the reference widens them
+// exactly; activations stay fp32). After the weights change, the next forward reads the new ones.
+struct Bf16wCounts {
+  int fp32_weights = 0, forward = 0, backward = 0;
+};
+Bf16wCounts g_bf16w;
+
+const Backend<float>& counting_bf16_backend() {
+  static const Backend<float> b = [] {
+    Backend<float> c = backend_named("ref");
+    c.name = "counting-bf16";
+    c.bf16 = true;
+    c.matmul_forward = [](float* out, const float* inp, const float* w, int N, int C, int OC) {
+      g_bf16w.fp32_weights++;
+      backend_named("ref").matmul_forward(out, inp, w, N, C, OC);
+    };
+    c.matmul_backward = [](float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
+                           int OC) {
+      g_bf16w.fp32_weights++;
+      backend_named("ref").matmul_backward(dinp, dw, dout, inp, w, N, C, OC);
+    };
+    c.matmul_forward_bf16w = [](float* out, const float* inp, const uint16_t* w, int N, int C, int OC) {
+      g_bf16w.forward++;
+      backend_named("ref").matmul_forward_bf16w(out, inp, w, N, C, OC);
+    };
+    c.matmul_backward_bf16w = [](float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N,
+                                 int C, int OC) {
+      g_bf16w.backward++;
+      backend_named("ref").matmul_backward_bf16w(dinp, dw, dout, inp, w, N, C, OC);
+    };
+    return c;
+  }();
+  return b;
+}
+
+// The value fp32 x has once stored in bf16 (round to nearest even), written out here as the test's own reference.
+double bf16_rounded(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+TEST(Backend, Bf16ProductsReadWeightsRoundedAtEachForward) {
+  const int B = 2, T = 33, L = 2;
+  ModelConfig cfg = tiny_config(false, true);
+  Model<double> ref(cfg, B, T);
+  Model<float> toy(cfg, B, T);
+  toy.backend = &counting_bf16_backend();
+  randomize(toy, 7);
+  const auto tokens = random_tokens(B * T + 1, cfg.vocab_size, 8);
+  std::vector<size_t> matrices;  // offsets of every weight-matrix element (the products' operands)
+  for (const ParamTensor& t : toy.tensors())
+    if (t.decay && t.name.find("embed_tokens") == std::string::npos)
+      for (size_t i = 0; i < t.numel; i++) matrices.push_back(t.offset + i);
+  for (int round = 0; round < 2; round++) {
+    if (round == 1)  // the optimizer's step, in effect: every weight moves
+      for (size_t i = 0; i < toy.num_params(); i++) toy.params_data()[i] *= 1.0f + 0.01f * float(i % 7);
+    for (size_t i = 0; i < toy.num_params(); i++) ref.params_data()[i] = toy.params_data()[i];
+    for (size_t i : matrices) ref.params_data()[i] = bf16_rounded(toy.params_data()[i]);
+    ref.zero_grads();
+    toy.zero_grads();
+    g_bf16w = {};
+    const double lt = toy.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+    const double lr = ref.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f / (B * T));
+    toy.backward(tokens.data(), B, T);
+    ref.backward(tokens.data(), B, T);
+    ASSERT_EQ(cfg.num_hidden_layers, L);
+    EXPECT_EQ(g_bf16w.fp32_weights, 0);
+    EXPECT_EQ(g_bf16w.forward, 4 * L + 1);  // qkv, o, gate_up, down per layer; the LM head
+    EXPECT_EQ(g_bf16w.backward, 4 * L + 1);
+    EXPECT_NEAR(lt, lr, 1e-5 * std::fabs(lr)) << "round " << round;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.num_params(); i++) {
+      const double d = toy.grads_data()[i] - ref.grads_data()[i];
+      num += d * d, den += ref.grads_data()[i] * ref.grads_data()[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include "core/check.h"
 #include "kernels/backend.h"
-#include "kernels/bf16/bf16.h"
 
 namespace aah {
 
@@ -27,54 +26,18 @@ Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_po
   logits_.resize(m.vocab_size);
   scores_.resize(H * max_positions);  // one row per head (heads run in parallel)
   order_.resize(H);
-  if (model.backend->bf16) round_weights();
-}
-
-namespace {
-// The weight matrices' sizes: wqkv (QKV, C), wo (C, HD), w_gate_up (2F, C), w_down (C, F); the LM head (V, C).
-struct MatrixSizes {
-  size_t qkv, o, gate_up, down, lm_head;
-  explicit MatrixSizes(const ModelConfig& m) {
-    const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
-                 QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
-    qkv = QKV * C, o = C * HD, gate_up = 2 * F * C, down = C * F, lm_head = size_t(m.vocab_size) * C;
-  }
-  size_t total(int layers) const { return (qkv + o + gate_up + down) * layers + lm_head; }
-};
-}  // namespace
-
-void Decoder::round_weights() {
-  const ModelConfig& m = model_.config();
-  const Params<float>& p = model_.params();
-  const MatrixSizes n(m);
-  w16_.resize(n.total(m.num_hidden_layers));
-  uint16_t* at = w16_.data();
-  auto rounded = [&at](const float* w, size_t n) {
-    bf16::convert(at, w, n);
-    return (at += n) - n;
-  };
-  for (int l = 0; l < m.num_hidden_layers; l++) {
-    const LayerWeights<float> w = p.layer(l);
-    layers16_.push_back({.wqkv = rounded(w.wqkv, n.qkv),
-                         .wo = rounded(w.wo, n.o),
-                         .w_gate_up = rounded(w.w_gate_up, n.gate_up),
-                         .w_down = rounded(w.w_down, n.down)});
-  }
-  lm_head16_ = rounded(p.lm_head, n.lm_head);
+  if (model.backend->bf16) w16_.round(model.params(), m);
 }
 
 size_t Decoder::matrix_bytes() const {
-  const ModelConfig& m = model_.config();
-  return MatrixSizes(m).total(m.num_hidden_layers) * (w16_.empty() ? sizeof(float) : sizeof(uint16_t));
+  return Weights16::elements(model_.config()) * (w16_.empty() ? sizeof(float) : sizeof(uint16_t));
 }
 
 // logits_ = x lm_head^T for one row x (the bf16 copy where the decoder keeps one).
 void Decoder::logits_of(const float* x) {
   const ModelConfig& m = model_.config();
-  if (lm_head16_)
-    model_.backend->matmul_forward_bf16w(logits_.data(), x, lm_head16_, 1, m.hidden_size, m.vocab_size);
-  else
-    model_.backend->matmul_forward(logits_.data(), x, model_.params().lm_head, 1, m.hidden_size, m.vocab_size);
+  weight_product(*model_.backend, logits_.data(), x, model_.params().lm_head,
+                 w16_.empty() ? nullptr : w16_.lm_head.data(), 1, m.hidden_size, m.vocab_size);
 }
 
 const float* Decoder::prefill(const int32_t* tokens, int n) {
@@ -121,7 +84,7 @@ const float* Decoder::step(int32_t token) {
   std::memcpy(a_.x, p.embed + size_t(token) * C, C * sizeof(float));
   for (int l = 0; l < L; l++) {
     const LayerWeights<float> w = p.layer(l);
-    const LayerWeights16* w16 = layers16_.empty() ? nullptr : &layers16_[l];
+    const LayerWeights16* w16 = w16_.empty() ? nullptr : &w16_.layers[l];
     layer_forward_pre_attention(be, a_, w, m, 1, 1, cos_, sin_, w16);
     for (int hk = 0; hk < Hkv; hk++) cache_.store(l, hk, pos, a_.k + size_t(hk) * D, a_.v + size_t(hk) * D);
     // Each head attends to its last W_h positions (attn_visible), all still in its KV head's ring. Heads run in

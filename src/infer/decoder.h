@@ -43,10 +43,7 @@ class Decoder {
   std::vector<int> order_;  // (H) heads in order of decreasing window
   // On a bf16 backend: every weight matrix rounded to bf16 once, at construction (the model's weights then), which
   // the products read instead of the fp32 ones; empty otherwise.
-  std::vector<uint16_t> w16_;
-  std::vector<LayerWeights16> layers16_;  // (L) views into w16_
-  const uint16_t* lm_head16_ = nullptr;
-  void round_weights();
+  Weights16 w16_;
   void logits_of(const float* x);
   double pairs_ = 0;
 };

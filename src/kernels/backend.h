@@ -32,8 +32,11 @@ struct Backend {
                            int C);
   void (*matmul_forward)(real* out, const real* inp, const real* w, int N, int C, int OC);
   void (*matmul_backward)(real* dinp, real* dw, const real* dout, const real* inp, const real* w, int N, int C, int OC);
-  // matmul_forward with w already stored in bf16 (the decoder's weights when `bf16`, rounded once).
+  // matmul_forward and matmul_backward with w already stored in bf16 (a bf16 backend's weights, rounded once per
+  // forward by the model and once by the decoder: model/model.h, Weights16).
   void (*matmul_forward_bf16w)(real* out, const real* inp, const uint16_t* w, int N, int C, int OC);
+  void (*matmul_backward_bf16w)(real* dinp, real* dw, const real* dout, const real* inp, const uint16_t* w, int N,
+                                int C, int OC);
   void (*qkv_split_forward)(real* q, real* k, real* v, const real* qkv, int B, int T, int H, int Hkv, int D);
   void (*qkv_split_backward)(real* dqkv, const real* dq, const real* dk, const real* dv, int B, int T, int H, int Hkv,
                              int D);
@@ -62,8 +65,8 @@ struct Backend {
   // The same against rings stored in bf16 (the decoder's KV cache when `bf16`).
   void (*attention_decode_bf16)(real* out, const real* q, const uint16_t* k, const uint16_t* v, int cap, int start,
                                 int n, int D, real* scores);
-  // bf16 precision (train.precision=bf16): the matrix products take bf16 operands, and the decoder keeps its weights
-  // (matmul_forward_bf16w) and its KV cache in bf16. Every other op is fp32 either way.
+  // bf16 precision (train.precision=bf16): the matrix products take bf16 operands, the model and the decoder keep
+  // their weights in bf16 (matmul_*_bf16w), and the decoder its KV cache. Every other op is fp32 either way.
   bool bf16;
 };
 

@@ -25,14 +25,22 @@ void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta) {
     }
 }
 
-// out = inp w^T, reading w's bf16 copy w16 where the caller keeps one.
 template <class real>
-static void weight_product(const Backend<real>& be, real* out, const real* inp, const real* w, const uint16_t* w16,
-                           int N, int C, int OC) {
+void weight_product(const Backend<real>& be, real* out, const real* inp, const real* w, const uint16_t* w16, int N,
+                    int C, int OC) {
   if (w16)
     be.matmul_forward_bf16w(out, inp, w16, N, C, OC);
   else
     be.matmul_forward(out, inp, w, N, C, OC);
+}
+
+template <class real>
+void weight_product_backward(const Backend<real>& be, real* dinp, real* dw, const real* dout, const real* inp,
+                             const real* w, const uint16_t* w16, int N, int C, int OC) {
+  if (w16)
+    be.matmul_backward_bf16w(dinp, dw, dout, inp, w16, N, C, OC);
+  else
+    be.matmul_backward(dinp, dw, dout, inp, w, N, C, OC);
 }
 
 template <class real>
@@ -77,25 +85,27 @@ void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>
 template <class real>
 void layer_backward_post_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
                                    const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
-                                   int T) {
+                                   int T, const LayerWeights16* w16) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, D = m.head_dim, F = m.intermediate_size;
   const size_t NC = size_t(N) * C;
   // MLP half
-  be.matmul_backward(d.dact, g.w_down, d.dres, a.act, w.w_down, N, F, C);
+  weight_product_backward(be, d.dact, g.w_down, d.dres, a.act, w.w_down, w16 ? w16->w_down : nullptr, N, F, C);
   be.swiglu_backward(d.dh, d.dact, a.h, N, F);
-  be.matmul_backward(d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, N, C, 2 * F);
+  weight_product_backward(be, d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, w16 ? w16->w_gate_up : nullptr, N, C,
+                          2 * F);
   be.rmsnorm_backward(d.dtmp, g.ln2, d.dln, a.xa, w.ln2, a.rstd2, N, C);
   residual_add(d.dres, d.dtmp, NC);
   // o_proj and the merge
   be.heads_merge_forward(a.merged, a.att, B, H, T, D);                   // recomputed instead of stored
-  be.matmul_backward(a.qkv, g.wo, d.dres, a.merged, w.wo, N, H * D, C);  // a.qkv as scratch for d(merged)
+  // a.qkv as scratch for d(merged)
+  weight_product_backward(be, a.qkv, g.wo, d.dres, a.merged, w.wo, w16 ? w16->wo : nullptr, N, H * D, C);
   be.heads_merge_backward(d.dq_pre, a.qkv, B, H, T, D);                  // d.dq_pre as scratch for d(att)
 }
 
 template <class real>
 void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
-                                  int T, const real* rope_cos, const real* rope_sin) {
+                                  int T, const real* rope_cos, const real* rope_sin, const LayerWeights16* w16) {
   const int N = B * T, C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
             QKV = (H + 2 * Hkv) * D;
   const size_t NC = size_t(N) * C;
@@ -109,25 +119,29 @@ void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch
     std::memcpy(d.dk_pre, d.dk, size_t(N) * Hkv * D * sizeof(real));
   }
   be.qkv_split_backward(a.qkv, d.dq_pre, d.dk_pre, d.dv, B, T, H, Hkv, D);
-  be.matmul_backward(d.dln, g.wqkv, a.qkv, a.ln1, w.wqkv, N, C, QKV);
+  weight_product_backward(be, d.dln, g.wqkv, a.qkv, a.ln1, w.wqkv, w16 ? w16->wqkv : nullptr, N, C, QKV);
   be.rmsnorm_backward(d.dtmp, g.ln1, d.dln, a.x, w.ln1, a.rstd1, N, C);
   residual_add(d.dres, d.dtmp, NC);
 }
 
-#define AAH_LAYER_INSTANTIATE(real)                                                                           \
-  template void rope_angles<real>(real*, real*, int, int, int, double);                                       \
-  template void layer_forward_pre_attention<real>(const Backend<real>&, const LayerActs<real>&,               \
-                                                  const LayerWeights<real>&, const ModelConfig&, int, int,    \
-                                                  const real*, const real*, const LayerWeights16*);           \
-  template void layer_forward_post_attention<real>(const Backend<real>&, const LayerActs<real>&,              \
-                                                   const LayerWeights<real>&, const ModelConfig&, int, int,   \
-                                                   const LayerWeights16*);                                    \
-  template void layer_backward_post_attention<real>(const Backend<real>&, const BackwardScratch<real>&,       \
-                                                    const LayerWeights<real>&, const LayerActs<real>&,        \
-                                                    const LayerWeights<real>&, const ModelConfig&, int, int); \
-  template void layer_backward_pre_attention<real>(                                                           \
-      const Backend<real>&, const BackwardScratch<real>&, const LayerWeights<real>&, const LayerActs<real>&,  \
-      const LayerWeights<real>&, const ModelConfig&, int, int, const real*, const real*);
+#define AAH_LAYER_INSTANTIATE(real)                                                                                    \
+  template void rope_angles<real>(real*, real*, int, int, int, double);                                                \
+  template void layer_forward_pre_attention<real>(const Backend<real>&, const LayerActs<real>&,                        \
+                                                  const LayerWeights<real>&, const ModelConfig&, int, int,             \
+                                                  const real*, const real*, const LayerWeights16*);                    \
+  template void layer_forward_post_attention<real>(const Backend<real>&, const LayerActs<real>&,                       \
+                                                   const LayerWeights<real>&, const ModelConfig&, int, int,            \
+                                                   const LayerWeights16*);                                             \
+  template void layer_backward_post_attention<real>(                                                                   \
+      const Backend<real>&, const BackwardScratch<real>&, const LayerWeights<real>&, const LayerActs<real>&,           \
+      const LayerWeights<real>&, const ModelConfig&, int, int, const LayerWeights16*);                                 \
+  template void layer_backward_pre_attention<real>(                                                                    \
+      const Backend<real>&, const BackwardScratch<real>&, const LayerWeights<real>&, const LayerActs<real>&,           \
+      const LayerWeights<real>&, const ModelConfig&, int, int, const real*, const real*, const LayerWeights16*);       \
+  template void weight_product<real>(const Backend<real>&, real*, const real*, const real*, const uint16_t*, int, int, \
+                                     int);                                                                             \
+  template void weight_product_backward<real>(const Backend<real>&, real*, real*, const real*, const real*,            \
+                                              const real*, const uint16_t*, int, int, int);
 AAH_LAYER_INSTANTIATE(float)
 AAH_LAYER_INSTANTIATE(double)
 #undef AAH_LAYER_INSTANTIATE

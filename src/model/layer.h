@@ -86,8 +86,8 @@ template <class real>
 void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta);
 
 // rmsnorm -> qkv -> split heads -> qk-norm -> RoPE: fills ln1, rstd1, qkv, q_pre, k_pre, rstd_q, rstd_k, q, k, v.
-// rope_cos, rope_sin (T, D/2): the angles of the T positions. With w16, the products read w16's matrices instead
-// of w's (both forward halves).
+// rope_cos, rope_sin (T, D/2): the angles of the T positions. With w16 (a bf16 backend's weights, rounded once), the
+// products read w16's matrices instead of w's (all four halves, forward and backward).
 template <class real>
 void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>& a, const LayerWeights<real>& w,
                                  const ModelConfig& m, int B, int T, const real* rope_cos, const real* rope_sin,
@@ -102,12 +102,22 @@ void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>
 template <class real>
 void layer_backward_post_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
                                    const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
-                                   int T);
+                                   int T, const LayerWeights16* w16 = nullptr);
 // Backward of the pre-attention part: from d.dq, d.dk, d.dv (the attention backward's), accumulates the qk-norms',
 // wqkv's and ln1's gradients into g and adds the attention branch to d.dres (now d(x)).
 template <class real>
 void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch<real>& d, const LayerWeights<real>& g,
                                   const LayerActs<real>& a, const LayerWeights<real>& w, const ModelConfig& m, int B,
-                                  int T, const real* rope_cos, const real* rope_sin);
+                                  int T, const real* rope_cos, const real* rope_sin,
+                                  const LayerWeights16* w16 = nullptr);
+
+// out (N, OC) = inp (N, C) w^T, reading w's bf16 copy w16 where the caller keeps one (matmul_forward_bf16w), else w.
+template <class real>
+void weight_product(const Backend<real>& be, real* out, const real* inp, const real* w, const uint16_t* w16, int N,
+                    int C, int OC);
+// Its backward (dinp may be null), reading w16 where given (matmul_backward_bf16w), else w.
+template <class real>
+void weight_product_backward(const Backend<real>& be, real* dinp, real* dw, const real* dout, const real* inp,
+                             const real* w, const uint16_t* w16, int N, int C, int OC);
 
 }  // namespace aah

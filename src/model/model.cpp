@@ -7,6 +7,7 @@
 #include "core/rng.h"
 #include "core/sys.h"
 #include "kernels/backend.h"
+#include "kernels/bf16/bf16.h"
 
 namespace aah {
 
@@ -195,7 +196,7 @@ void Model<real>::layer_forward(int l, int B, int T) {
   const int H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const LayerActs<real> a = a_.layer(l, keep_per_layer_ ? l : 0, B * T);
   const LayerWeights<real> w = p_.layer(l);
-  layer_forward_pre_attention(*backend, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+  layer_forward_pre_attention(*backend, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data, layer16(l));
   if (before_attention) before_attention(l, a.q, a.k, a.v, B, T, windows_.data() + size_t(l) * H);
   AttnDiagnostics diag;
   AttnDiagnostics* diag_ptr = nullptr;
@@ -209,7 +210,7 @@ void Model<real>::layer_forward(int l, int B, int T) {
   const double t_attn = now_seconds();
   backend->attention_forward(a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, diag_ptr, &counters);
   attention_seconds += now_seconds() - t_attn;
-  layer_forward_post_attention(*backend, a, w, cfg_, B, T);
+  layer_forward_post_attention(*backend, a, w, cfg_, B, T, layer16(l));
 }
 
 template <class real>
@@ -217,6 +218,8 @@ void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  if constexpr (std::is_same_v<real, float>)
+    if (backend->bf16) w16_.round(p_, cfg_);  // the weights may have changed since the last forward
   backend->embedding_forward(a_.x, tokens, p_.embed, N, C);
   forward_tokens = tokens;
   for (int l = 0; l < L; l++) layer_forward(l, B, T);
@@ -227,7 +230,7 @@ void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
 template <class real>
 void Model<real>::forward_logits(const int32_t* tokens, int B, int T, real* logits) {
   forward_trunk(tokens, B, T);
-  backend->matmul_forward(logits, a_.lnf, p_.lm_head, B * T, cfg_.hidden_size, cfg_.vocab_size);
+  weight_product(*backend, logits, a_.lnf, p_.lm_head, lm_head16(), B * T, cfg_.hidden_size, cfg_.vocab_size);
   have_head_grad_ = false;
 }
 
@@ -243,11 +246,12 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
   for (int r0 = 0; r0 < N; r0 += kLogitRows) {
     const int rows = std::min(kLogitRows, N - r0);
     const real* lnf = a.lnf + size_t(r0) * C;
-    backend->matmul_forward(a.logits, lnf, p.lm_head, rows, C, V);
+    weight_product(*backend, a.logits, lnf, p.lm_head, lm_head16(), rows, C, V);
     backend->crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
                                            targets + r0, rows, V, grad_scale);
     if (have_head_grad_)
-      backend->matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
+      weight_product_backward(*backend, a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, lm_head16(), rows,
+                              C, V);
     for (int i = 0; i < rows; i++) sum += a.losses[r0 + i];
   }
   return sum / N;
@@ -259,12 +263,12 @@ void Model<real>::layer_backward(int l, int B, int T) {
   const LayerActs<real> a = a_.layer(l, l, B * T);
   const LayerWeights<real> w = p_.layer(l), g = g_.layer(l);
   const BackwardScratch<real> d = a_.scratch();
-  layer_backward_post_attention(*backend, d, g, a, w, cfg_, B, T);
+  layer_backward_post_attention(*backend, d, g, a, w, cfg_, B, T, layer16(l));
   const int* win = clamped_windows(l, T);
   const double t_attn = now_seconds();
   backend->attention_backward(d.dq, d.dk, d.dv, d.dq_pre, a.att, a.lse, a.q, a.k, a.v, win, B, H, Hkv, T, D, &counters);
   attention_seconds += now_seconds() - t_attn;
-  layer_backward_pre_attention(*backend, d, g, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data);
+  layer_backward_pre_attention(*backend, d, g, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data, layer16(l));
 }
 
 template <class real>
@@ -281,6 +285,32 @@ void Model<real>::backward(const int32_t* tokens, int B, int T) {
   }
   backend->embedding_backward(g_.embed, a_.dres, tokens, N, C);
   if (after_layer_backward) after_layer_backward(-1);
+}
+
+size_t Weights16::elements(const ModelConfig& m) {
+  const size_t C = m.hidden_size, HD = size_t(m.num_attention_heads) * m.head_dim,
+               QKV = HD + 2 * size_t(m.num_key_value_heads) * m.head_dim, F = m.intermediate_size;
+  return (QKV * C + C * HD + 2 * F * C + C * F) * m.num_hidden_layers + size_t(m.vocab_size) * C;
+}
+
+void Weights16::round(const Params<float>& p, const ModelConfig& m) {
+  const size_t L = m.num_hidden_layers, C = p.C;
+  auto rounded = [](std::vector<uint16_t>& out, const float* w, size_t n) {
+    out.resize(n);
+    bf16::convert(out.data(), w, n);
+    return out.data();
+  };
+  const uint16_t* qkv = rounded(wqkv, p.wqkv, L * p.QKV * C);
+  const uint16_t* o = rounded(wo, p.wo, L * C * p.HD);
+  const uint16_t* gu = rounded(w_gate_up, p.w_gate_up, L * 2 * p.F * C);
+  const uint16_t* down = rounded(w_down, p.w_down, L * C * p.F);
+  rounded(lm_head, p.lm_head, size_t(m.vocab_size) * C);
+  layers.resize(L);
+  for (size_t l = 0; l < L; l++)
+    layers[l] = {.wqkv = qkv + l * p.QKV * C,
+                 .wo = o + l * C * p.HD,
+                 .w_gate_up = gu + l * 2 * p.F * C,
+                 .w_down = down + l * C * p.F};
 }
 
 template class Model<float>;

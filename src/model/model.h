@@ -55,6 +55,20 @@ struct Params {
   }
 };
 
+// Every weight matrix rounded to bf16, in Params' stacked layouts, for a bf16 backend's products (matmul_forward_bf16w
+// and matmul_backward_bf16w read these instead of rounding the fp32 weights at each call). The model rounds them at
+// the start of each forward, so a training step rounds its weights once, not once per product; the decoder once, at
+// construction.
+struct Weights16 {
+  std::vector<uint16_t> wqkv, wo, w_gate_up, w_down, lm_head;
+  std::vector<LayerWeights16> layers;  // (L) each layer's slices of the above
+
+  void round(const Params<float>& p, const ModelConfig& m);
+  bool empty() const { return lm_head.empty(); }
+  // Elements of all matrices (the LM head included) of a model with configuration m.
+  static size_t elements(const ModelConfig& m);
+};
+
 // Activations kept for backward, each sized for the largest (B, T) the model was built for.
 template <class real>
 struct Activations {
@@ -213,6 +227,10 @@ class Model {
   std::vector<size_t> block_offsets_;  // start of each stacked parameter block
   bool keep_per_layer_ = true;         // activations kept per layer (training) or one slot reused (inference)
   bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)
+  Weights16 w16_;                      // the weights in bf16, rounded at each forward when backend->bf16
+  // Layer l's bf16 matrices, which its products read, when the backend is bf16; else null (the fp32 ones).
+  const LayerWeights16* layer16(int l) const { return backend->bf16 ? &w16_.layers[size_t(l)] : nullptr; }
+  const uint16_t* lm_head16() const { return backend->bf16 ? w16_.lm_head.data() : nullptr; }
 };
 
 extern template class Model<float>;

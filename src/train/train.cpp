@@ -738,8 +738,14 @@ int train_run(const TrainOptions& o) {
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
   if (!quiet && model.backend->bf16)
-    std::fprintf(stderr, "[train] train.precision=bf16: matrix products in bf16 on oneDNN (%s), fp32 accumulation, "
-                 "weights, optimizer, norms, softmax and loss; attention in fp32\n", bf16::isa().c_str());
+    std::fprintf(stderr,
+                 "[train] train.precision=bf16: matrix products in bf16 on oneDNN (%s), fp32 accumulation, "
+                 "weights, optimizer, norms, softmax and loss; %s\n",
+                 bf16::isa().c_str(),
+                 std::string(model.backend->name) != "local-bf16" ? "attention in fp32 (dense)"
+                 : bf16::attn_amx(mc.head_dim)
+                     ? "attention's products in bf16 on AMX tiles (fp32 on control updates)"
+                     : "attention in fp32 (bf16 attention needs AMX and a head dim that is a multiple of 32)");
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());

@@ -50,9 +50,12 @@ constexpr int kTile = 64;  // queries per query tile = keys per key tile (the fp
 constexpr float kMasked = -1e30f, kNegBig = -1e20f;
 
 // Linux hands out AMX's tile registers only to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); the answer is the run-time check that the CPU and kernel have AMX.
+// XFEATURE_XTILEDATA); the answer is the run-time check that the CPU and kernel have AMX. This kernel also follows
+// oneDNN's choice of instructions, so that ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 turns AMX off for the products and
+// the attention alike (the AVX-512 BF16 path of a CPU without AMX, measured on one with it).
 bool amx_permitted() {
-  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  static const bool ok =
+      isa() == "avx512_core_amx" && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
   return ok;
 }
 

@@ -49,9 +49,12 @@ inline std::string isa() {
 void matmul_forward(float* out, const float* inp, const float* w, int N, int C, int OC);
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C, int OC);
 
-// The forward product with w (OC, C) already bf16 (the decoder's weights, rounded once): out (N, OC) = inp w^T.
-// One row (a decoding step) runs matvec, inp staying fp32; more rows round inp and run on oneDNN.
+// The products with w (OC, C) already bf16 (the model's and the decoder's weights, rounded once): out (N, OC) =
+// inp w^T, where one row (a decoding step) runs matvec, inp staying fp32, and more rows round inp and run on oneDNN;
+// and its backward (dinp may be null), rounding dout and inp.
 void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int C, int OC);
+void matmul_backward_bf16w(float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N, int C,
+                           int OC);
 // out[r] = x . w[r] for `rows` rows of `len` bf16 values (kernels/bf16/decode.cpp); threads share the rows when
 // there are many.
 void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);

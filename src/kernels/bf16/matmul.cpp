@@ -68,7 +68,7 @@ uint16_t* rounded_copy(std::vector<uint16_t>& buf, const float* x, size_t n) {
   convert(buf.data(), x, n);
   return buf.data();
 }
-thread_local std::vector<uint16_t> scratch_a, scratch_b;
+thread_local std::vector<uint16_t> scratch_a, scratch_b, scratch_w;
 
 }  // namespace
 
@@ -121,13 +121,17 @@ void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N
 }
 
 // dinp (N, C) = dout (N, OC) w (OC, C); dw (OC, C) += dout^T (OC, N) inp (N, C).
+void matmul_backward_bf16w(float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N, int C,
+                           int OC) {
+  const uint16_t* dout16 = rounded_copy(scratch_a, dout, size_t(N) * OC);
+  if (dinp) run({N, C, OC, Dims{OC, 1}, Dims{C, 1}, false}, dout16, w, dinp);
+  run({OC, C, N, Dims{1, OC}, Dims{C, 1}, true}, dout16, rounded_copy(scratch_b, inp, size_t(N) * C), dw);
+}
+
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,
                      int OC) {
-  std::vector<uint16_t>& dout16 = scratch_a;
-  rounded_copy(dout16, dout, size_t(N) * OC);
-  if (dinp)
-    run({N, C, OC, Dims{OC, 1}, Dims{C, 1}, false}, dout16.data(), rounded_copy(scratch_b, w, size_t(OC) * C), dinp);
-  run({OC, C, N, Dims{1, OC}, Dims{C, 1}, true}, dout16.data(), rounded_copy(scratch_b, inp, size_t(N) * C), dw);
+  const uint16_t* w16 = dinp ? rounded_copy(scratch_w, w, size_t(OC) * C) : nullptr;
+  matmul_backward_bf16w(dinp, dw, dout, inp, w16, N, C, OC);
 }
 
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K) {

@@ -60,17 +60,23 @@ void matmul_forward(T* out, const T* inp, const T* w, int N, int C, int OC) {
     }
 }
 
-// The forward product with w stored in bf16 (matmul_forward_bf16w): each weight widened (exact), then the above.
+// n bf16 values widened to T (exact).
 template <class T>
-void matmul_forward_bf16w(T* out, const T* inp, const uint16_t* w, int N, int C, int OC) {
-  std::vector<T> wide(size_t(OC) * C);
-  for (size_t i = 0; i < wide.size(); i++) {
+std::vector<T> widened(const uint16_t* w, size_t n) {
+  std::vector<T> wide(n);
+  for (size_t i = 0; i < n; i++) {
     const uint32_t u = uint32_t(w[i]) << 16;
     float f;
     std::memcpy(&f, &u, 4);
     wide[i] = T(f);
   }
-  matmul_forward<T>(out, inp, wide.data(), N, C, OC);
+  return wide;
+}
+
+// The forward product with w stored in bf16 (matmul_forward_bf16w): each weight widened, then the above.
+template <class T>
+void matmul_forward_bf16w(T* out, const T* inp, const uint16_t* w, int N, int C, int OC) {
+  matmul_forward<T>(out, inp, widened<T>(w, size_t(OC) * C).data(), N, C, OC);
 }
 
 template <class T>
@@ -88,6 +94,12 @@ void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, in
       for (int n = 0; n < N; n++) s += dout[(int64_t)n * OC + o] * inp[(int64_t)n * C + c];
       dw[(int64_t)o * C + c] += s;
     }
+}
+
+// The backward product with w stored in bf16 (matmul_backward_bf16w): each weight widened, then the above.
+template <class T>
+void matmul_backward_bf16w(T* dinp, T* dw, const T* dout, const T* inp, const uint16_t* w, int N, int C, int OC) {
+  matmul_backward<T>(dinp, dw, dout, inp, widened<T>(w, size_t(OC) * C).data(), N, C, OC);
 }
 
 // Index of element (b, h, t, d) in a (B, Hn, T, D) tensor.
