@@ -128,6 +128,37 @@ TEST(Bf16, ProductsWithBf16WeightsMatchWidenedReference) {
       }
 }
 
+// The LM head's loss with its gradient written in bf16: the fp32 kernel's losses and its dlogits rounded once, bit
+// for bit (rows of vocabularies on and off the vector blocks, the target anywhere in the row); and its backward
+// product reading that gradient gives what rounding dout at the call gives.
+TEST(Bf16, LossGradientInBf16IsTheFp32OneRounded) {
+  for (int V : {7, 64, 1000, 8192})
+    for (int N : {1, 5}) {
+      const std::vector<float> logits = random_vector(size_t(N) * V, V + N);
+      std::vector<int32_t> targets(N);
+      for (int n = 0; n < N; n++) targets[n] = (n * 7919 + V / 3) % V;
+      std::vector<float> losses(N), losses16(N), dlogits(logits.size());
+      std::vector<uint16_t> dlogits16(logits.size());
+      cpu::crossentropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, 0.25f);
+      bf16::crossentropy_forward_backward(losses16.data(), dlogits16.data(), logits.data(), targets.data(), N, V,
+                                          0.25f);
+      SCOPED_TRACE("V=" + std::to_string(V) + " N=" + std::to_string(N));
+      EXPECT_EQ(0, std::memcmp(losses16.data(), losses.data(), N * 4));
+      size_t differ = 0;
+      for (size_t i = 0; i < dlogits.size(); i++) differ += dlogits16[i] != bf16::round(dlogits[i]);
+      EXPECT_EQ(differ, 0u);
+      const int C = 48;
+      const std::vector<float> inp = random_vector(size_t(N) * C, 3), wf = random_vector(size_t(V) * C, 4);
+      std::vector<uint16_t> w(wf.size());
+      bf16::convert(w.data(), wf.data(), w.size());
+      std::vector<float> dinp(size_t(N) * C), dw(wf.size(), 0.5f), dinp2 = dinp, dw2 = dw;
+      bf16::matmul_backward_bf16(dinp.data(), dw.data(), dlogits16.data(), inp.data(), w.data(), N, C, V);
+      bf16::matmul_backward_bf16w(dinp2.data(), dw2.data(), dlogits.data(), inp.data(), w.data(), N, C, V);
+      EXPECT_EQ(0, std::memcmp(dinp.data(), dinp2.data(), dinp.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dw.data(), dw2.data(), dw.size() * 4));
+    }
+}
+
 // Also with w already bf16 (matmul_backward_bf16w): bit for bit what rounding w at the call gives.
 TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
   for (const Shape& s : kShapes) {

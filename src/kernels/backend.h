@@ -48,6 +48,12 @@ struct Backend {
   void (*swiglu_backward)(real* dh, const real* dout, const real* h, int N, int F);
   void (*crossentropy_forward_backward)(real* losses, real* dlogits, const real* logits, const int32_t* targets, int N,
                                         int V, float dscale);
+  // A bf16 backend's LM head (model.cpp, Model::forward): the same loss with dlogits written in bf16, and the
+  // backward product reading it (dout and w both bf16; matmul_backward_bf16w rounds dout itself).
+  void (*crossentropy_forward_backward_bf16)(real* losses, uint16_t* dlogits, const real* logits,
+                                             const int32_t* targets, int N, int V, float dscale);
+  void (*matmul_backward_bf16)(real* dinp, real* dw, const uint16_t* dout, const real* inp, const uint16_t* w, int N,
+                               int C, int OC);
   // out_i = exp(x_i - shift) over n values (out may be x); returns their sum. The controller's measurements of
   // attention (coverage.h, copy_use.h) build their softmax rows with it and matmul_forward.
   real (*exp_shifted_sum)(real* out, const real* x, real shift, int n);

@@ -247,11 +247,18 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
     const int rows = std::min(kLogitRows, N - r0);
     const real* lnf = a.lnf + size_t(r0) * C;
     weight_product(*backend, a.logits, lnf, p.lm_head, lm_head16(), rows, C, V);
-    backend->crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
-                                           targets + r0, rows, V, grad_scale);
-    if (have_head_grad_)
-      weight_product_backward(*backend, a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, lm_head16(), rows,
-                              C, V);
+    if (have_head_grad_ && backend->bf16) {  // the gradient written in bf16 at once, the operand the products read
+      dlogits16_.resize(size_t(kLogitRows) * V);
+      backend->crossentropy_forward_backward_bf16(a.losses + r0, dlogits16_.data(), a.logits, targets + r0, rows, V,
+                                                  grad_scale);
+      backend->matmul_backward_bf16(a.dln + size_t(r0) * C, g_.lm_head, dlogits16_.data(), lnf, lm_head16(), rows, C,
+                                    V);
+    } else {
+      backend->crossentropy_forward_backward(a.losses + r0, have_head_grad_ ? a.logits : (real*)nullptr, a.logits,
+                                             targets + r0, rows, V, grad_scale);
+      if (have_head_grad_)
+        backend->matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
+    }
     for (int i = 0; i < rows; i++) sum += a.losses[r0 + i];
   }
   return sum / N;

@@ -55,6 +55,13 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
 void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int C, int OC);
 void matmul_backward_bf16w(float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N, int C,
                            int OC);
+// The same backward with dout already bf16 as well (the LM head's, from crossentropy_forward_backward below).
+void matmul_backward_bf16(float* dinp, float* dw, const uint16_t* dout, const float* inp, const uint16_t* w, int N,
+                          int C, int OC);
+// cpu::crossentropy_forward_backward with dlogits (N, V) written in bf16 (loss.cpp): the same losses, and each
+// gradient the fp32 kernel's value rounded once.
+void crossentropy_forward_backward(float* losses, uint16_t* dlogits, const float* logits, const int32_t* targets, int N,
+                                   int V, float dscale);
 // out[r] = x . w[r] for `rows` rows of `len` bf16 values (kernels/bf16/decode.cpp); threads share the rows when
 // there are many.
 void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);

@@ -121,11 +121,15 @@ void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N
 }
 
 // dinp (N, C) = dout (N, OC) w (OC, C); dw (OC, C) += dout^T (OC, N) inp (N, C).
+void matmul_backward_bf16(float* dinp, float* dw, const uint16_t* dout, const float* inp, const uint16_t* w, int N,
+                          int C, int OC) {
+  if (dinp) run({N, C, OC, Dims{OC, 1}, Dims{C, 1}, false}, dout, w, dinp);
+  run({OC, C, N, Dims{1, OC}, Dims{C, 1}, true}, dout, rounded_copy(scratch_b, inp, size_t(N) * C), dw);
+}
+
 void matmul_backward_bf16w(float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N, int C,
                            int OC) {
-  const uint16_t* dout16 = rounded_copy(scratch_a, dout, size_t(N) * OC);
-  if (dinp) run({N, C, OC, Dims{OC, 1}, Dims{C, 1}, false}, dout16, w, dinp);
-  run({OC, C, N, Dims{1, OC}, Dims{C, 1}, true}, dout16, rounded_copy(scratch_b, inp, size_t(N) * C), dw);
+  matmul_backward_bf16(dinp, dw, rounded_copy(scratch_a, dout, size_t(N) * OC), inp, w, N, C, OC);
 }
 
 void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int C,

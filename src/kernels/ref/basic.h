@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bf16/bf16.h"
+
 namespace aah::ref {
 
 template <class T>
@@ -100,6 +102,13 @@ void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, in
 template <class T>
 void matmul_backward_bf16w(T* dinp, T* dw, const T* dout, const T* inp, const uint16_t* w, int N, int C, int OC) {
   matmul_backward<T>(dinp, dw, dout, inp, widened<T>(w, size_t(OC) * C).data(), N, C, OC);
+}
+
+// The backward product with dout and w both stored in bf16 (matmul_backward_bf16): both widened, then the above.
+template <class T>
+void matmul_backward_bf16(T* dinp, T* dw, const uint16_t* dout, const T* inp, const uint16_t* w, int N, int C, int OC) {
+  matmul_backward<T>(dinp, dw, widened<T>(dout, size_t(N) * OC).data(), inp, widened<T>(w, size_t(OC) * C).data(), N, C,
+                     OC);
 }
 
 // Index of element (b, h, t, d) in a (B, Hn, T, D) tensor.
@@ -227,6 +236,15 @@ void crossentropy_forward_backward(T* losses, T* dlogits, const T* logits, const
       for (int i = 0; i < V; i++) d[i] = (std::exp(l[i] - lse) - (i == targets[n] ? T(1) : T(0))) * T(dscale);
     }
   }
+}
+
+// The same with dlogits rounded to bf16 (round to nearest even, from the value at float).
+template <class T>
+void crossentropy_forward_backward_bf16(T* losses, uint16_t* dlogits, const T* logits, const int32_t* targets, int N,
+                                        int V, float dscale) {
+  std::vector<T> d(size_t(N) * V);
+  crossentropy_forward_backward<T>(losses, d.data(), logits, targets, N, V, dscale);
+  for (size_t i = 0; i < d.size(); i++) dlogits[i] = bf16::round(float(d[i]));
 }
 
 // out_i = exp(x_i - shift), summed in order; out may be x.
