@@ -131,6 +131,22 @@ TEST(Bf16, ProductsWithBf16WeightsMatchWidenedReference) {
 // The LM head's loss with its gradient written in bf16: the fp32 kernel's losses and its dlogits rounded once, bit
 // for bit (rows of vocabularies on and off the vector blocks, the target anywhere in the row); and its backward
 // product reading that gradient gives what rounding dout at the call gives.
+// SwiGLU's input gradient written in bf16: the fp32 kernel's rounded once, bit for bit (rows on and off the
+// kernel's blocks of 16, widths on and off the vector blocks).
+TEST(Bf16, SwigluGradientInBf16IsTheFp32OneRounded) {
+  for (int F : {5, 24, 704})
+    for (int N : {1, 16, 37}) {
+      const std::vector<float> h = random_vector(size_t(N) * 2 * F, F + N), dout = random_vector(size_t(N) * F, 9);
+      std::vector<float> dh(h.size());
+      std::vector<uint16_t> dh16(h.size());
+      cpu::swiglu_backward(dh.data(), dout.data(), h.data(), N, F);
+      bf16::swiglu_backward(dh16.data(), dout.data(), h.data(), N, F);
+      size_t differ = 0;
+      for (size_t i = 0; i < dh.size(); i++) differ += dh16[i] != bf16::round(dh[i]);
+      EXPECT_EQ(differ, 0u) << "F=" << F << " N=" << N;
+    }
+}
+
 TEST(Bf16, LossGradientInBf16IsTheFp32OneRounded) {
   for (int V : {7, 64, 1000, 8192})
     for (int N : {1, 5}) {

@@ -198,13 +198,13 @@ TEST(Backend, AToyBackendCarriesTheWholeStep) {
 
 // A bf16 backend's products read the model's bf16 copy of its weights (Weights16), rounded at each forward: a toy
 // bf16 backend (the reference with bf16 set, its bf16-weight products counted) takes every weight product through
-// matmul_forward_bf16w / matmul_backward_bf16w (the LM head's backward: matmul_backward_bf16, its gradient in bf16)
-// and none through the fp32-weight entries, and its loss and gradients are those of the double model whose
-// matrices are the bf16-rounded weights (the reference widens them exactly; activations stay fp32): the loss to
-// fp32's sums, the gradients within u = 2^-8 (the LM head's gradient is rounded to bf16). After the weights change,
+// matmul_forward_bf16w / matmul_backward_bf16w (the LM head's and gate_up's backward: matmul_backward_bf16, their
+// dout written in bf16) and none through the fp32-weight entries, and its loss and gradients are those of the double
+// model whose matrices are the bf16-rounded weights (the reference widens them exactly; activations stay fp32): the
+// loss to fp32's sums, the gradients within u = 2^-8 (the two gradients rounded to bf16). After the weights change,
 // the next forward reads the new ones.
 struct Bf16wCounts {
-  int fp32_weights = 0, forward = 0, backward = 0, head_backward = 0;
+  int fp32_weights = 0, forward = 0, backward = 0, bf16_dout_backward = 0;
 };
 Bf16wCounts g_bf16w;
 
@@ -233,7 +233,7 @@ const Backend<float>& counting_bf16_backend() {
     };
     c.matmul_backward_bf16 = [](float* dinp, float* dw, const uint16_t* dout, const float* inp, const uint16_t* w,
                                 int N, int C, int OC) {
-      g_bf16w.head_backward++;
+      g_bf16w.bf16_dout_backward++;
       backend_named("ref").matmul_backward_bf16(dinp, dw, dout, inp, w, N, C, OC);
     };
     return c;
@@ -279,8 +279,8 @@ TEST(Backend, Bf16ProductsReadWeightsRoundedAtEachForward) {
     ASSERT_EQ(cfg.num_hidden_layers, L);
     EXPECT_EQ(g_bf16w.fp32_weights, 0);
     EXPECT_EQ(g_bf16w.forward, 4 * L + 1);  // qkv, o, gate_up, down per layer; the LM head
-    EXPECT_EQ(g_bf16w.backward, 4 * L);
-    EXPECT_EQ(g_bf16w.head_backward, 1);  // the LM head's, from its gradient in bf16
+    EXPECT_EQ(g_bf16w.backward, 3 * L);     // qkv, o, down per layer
+    EXPECT_EQ(g_bf16w.bf16_dout_backward, L + 1);  // gate_up's and the LM head's, their dout in bf16
     // The loss to float's sums (4e-8 relative seen), while reading the unrounded weights moves it 6e-5 .. 5e-4.
     EXPECT_NEAR(lt, lr, 1e-6 * std::fabs(lr)) << "round " << round;
     EXPECT_GT(std::fabs(l_unrounded - lr), 1e-5 * std::fabs(lr)) << "the rounding must show in the loss";

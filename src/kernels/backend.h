@@ -48,10 +48,12 @@ struct Backend {
   void (*swiglu_backward)(real* dh, const real* dout, const real* h, int N, int F);
   void (*crossentropy_forward_backward)(real* losses, real* dlogits, const real* logits, const int32_t* targets, int N,
                                         int V, float dscale);
-  // A bf16 backend's LM head (model.cpp, Model::forward): the same loss with dlogits written in bf16, and the
-  // backward product reading it (dout and w both bf16; matmul_backward_bf16w rounds dout itself).
+  // A bf16 backend's two largest gradients written in bf16 at once, for the product that reads them: the LM head's
+  // loss (model.cpp, Model::forward) and SwiGLU's backward (layer.cpp); matmul_backward_bf16 reads them (dout and w
+  // both bf16; matmul_backward_bf16w rounds dout itself).
   void (*crossentropy_forward_backward_bf16)(real* losses, uint16_t* dlogits, const real* logits,
                                              const int32_t* targets, int N, int V, float dscale);
+  void (*swiglu_backward_bf16)(uint16_t* dh, const real* dout, const real* h, int N, int F);
   void (*matmul_backward_bf16)(real* dinp, real* dw, const uint16_t* dout, const real* inp, const uint16_t* w, int N,
                                int C, int OC);
   // out_i = exp(x_i - shift) over n values (out may be x); returns their sum. The controller's measurements of

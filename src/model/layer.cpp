@@ -90,16 +90,20 @@ void layer_backward_post_attention(const Backend<real>& be, const BackwardScratc
   const size_t NC = size_t(N) * C;
   // MLP half
   weight_product_backward(be, d.dact, g.w_down, d.dres, a.act, w.w_down, w16 ? w16->w_down : nullptr, N, F, C);
-  be.swiglu_backward(d.dh, d.dact, a.h, N, F);
-  weight_product_backward(be, d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, w16 ? w16->w_gate_up : nullptr, N, C,
-                          2 * F);
+  if (w16) {  // dh written in bf16 at once, the operand the product reads
+    be.swiglu_backward_bf16(d.dh16, d.dact, a.h, N, F);
+    be.matmul_backward_bf16(d.dln, g.w_gate_up, d.dh16, a.ln2, w16->w_gate_up, N, C, 2 * F);
+  } else {
+    be.swiglu_backward(d.dh, d.dact, a.h, N, F);
+    be.matmul_backward(d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, N, C, 2 * F);
+  }
   be.rmsnorm_backward(d.dtmp, g.ln2, d.dln, a.xa, w.ln2, a.rstd2, N, C);
   residual_add(d.dres, d.dtmp, NC);
   // o_proj and the merge
-  be.heads_merge_forward(a.merged, a.att, B, H, T, D);                   // recomputed instead of stored
+  be.heads_merge_forward(a.merged, a.att, B, H, T, D);  // recomputed instead of stored
   // a.qkv as scratch for d(merged)
   weight_product_backward(be, a.qkv, g.wo, d.dres, a.merged, w.wo, w16 ? w16->wo : nullptr, N, H * D, C);
-  be.heads_merge_backward(d.dq_pre, a.qkv, B, H, T, D);                  // d.dq_pre as scratch for d(att)
+  be.heads_merge_backward(d.dq_pre, a.qkv, B, H, T, D);  // d.dq_pre as scratch for d(att)
 }
 
 template <class real>

@@ -78,6 +78,7 @@ struct BackwardScratch {
   real* dv;      // (B, Hkv, T, D)
   real* dq_pre;  // (B, H, T, D); between the halves it holds d(att), the attention backward's dout
   real* dk_pre;  // (B, Hkv, T, D)
+  uint16_t* dh16 = nullptr;  // (N, 2F) dh in bf16, where the products read bf16 weights (w16)
 };
 
 // RoPE angles of positions pos0 .. pos0 + T - 1: cos, sin (T, D/2), angle (pos, i) = pos * theta^(-2i / D).

@@ -269,7 +269,11 @@ void Model<real>::layer_backward(int l, int B, int T) {
   const int H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const LayerActs<real> a = a_.layer(l, l, B * T);
   const LayerWeights<real> w = p_.layer(l), g = g_.layer(l);
-  const BackwardScratch<real> d = a_.scratch();
+  BackwardScratch<real> d = a_.scratch();
+  if (backend->bf16) {
+    dh16_.resize(size_t(B) * T * 2 * cfg_.intermediate_size);
+    d.dh16 = dh16_.data();
+  }
   layer_backward_post_attention(*backend, d, g, a, w, cfg_, B, T, layer16(l));
   const int* win = clamped_windows(l, T);
   const double t_attn = now_seconds();

@@ -229,6 +229,7 @@ class Model {
   bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)
   Weights16 w16_;                      // the weights in bf16, rounded at each forward when backend->bf16
   std::vector<uint16_t> dlogits16_;    // (kLogitRows, V) the LM head's gradient in bf16, when backend->bf16
+  std::vector<uint16_t> dh16_;         // (N, 2F) SwiGLU's input gradient in bf16, when backend->bf16
   // Layer l's bf16 matrices, which its products read, when the backend is bf16; else null (the fp32 ones).
   const LayerWeights16* layer16(int l) const { return backend->bf16 ? &w16_.layers[size_t(l)] : nullptr; }
   const uint16_t* lm_head16() const { return backend->bf16 ? w16_.lm_head.data() : nullptr; }

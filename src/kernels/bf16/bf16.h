@@ -55,13 +55,14 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
 void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int C, int OC);
 void matmul_backward_bf16w(float* dinp, float* dw, const float* dout, const float* inp, const uint16_t* w, int N, int C,
                            int OC);
-// The same backward with dout already bf16 as well (the LM head's, from crossentropy_forward_backward below).
+// The same backward with dout already bf16 as well (the LM head's and gate_up's, from the two kernels below).
 void matmul_backward_bf16(float* dinp, float* dw, const uint16_t* dout, const float* inp, const uint16_t* w, int N,
                           int C, int OC);
-// cpu::crossentropy_forward_backward with dlogits (N, V) written in bf16 (loss.cpp): the same losses, and each
-// gradient the fp32 kernel's value rounded once.
+// cpu::crossentropy_forward_backward and cpu::swiglu_backward with their gradient, dlogits (N, V) and dh (N, 2F),
+// written in bf16 (gradients.cpp): the same losses, and each gradient the fp32 kernel's value rounded once.
 void crossentropy_forward_backward(float* losses, uint16_t* dlogits, const float* logits, const int32_t* targets, int N,
                                    int V, float dscale);
+void swiglu_backward(uint16_t* dh, const float* dout, const float* h, int N, int F);
 // out[r] = x . w[r] for `rows` rows of `len` bf16 values (kernels/bf16/decode.cpp); threads share the rows when
 // there are many.
 void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);

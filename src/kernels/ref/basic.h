@@ -247,6 +247,14 @@ void crossentropy_forward_backward_bf16(T* losses, uint16_t* dlogits, const T* l
   for (size_t i = 0; i < d.size(); i++) dlogits[i] = bf16::round(float(d[i]));
 }
 
+// swiglu_backward with dh rounded to bf16 (from the value at float).
+template <class T>
+void swiglu_backward_bf16(uint16_t* dh, const T* dout, const T* h, int N, int F) {
+  std::vector<T> d(size_t(N) * 2 * F);
+  swiglu_backward<T>(d.data(), dout, h, N, F);
+  for (size_t i = 0; i < d.size(); i++) dh[i] = bf16::round(float(d[i]));
+}
+
 // out_i = exp(x_i - shift), summed in order; out may be x.
 template <class T>
 T exp_shifted_sum(T* out, const T* x, T shift, int n) {
