@@ -193,7 +193,9 @@ TEST(Bf16, MatmulBackwardMatchesEmulatedReference) {
                                    magnitudes(w_d).data(), s.N, s.C, s.OC);
       for (size_t i = 0; i < dw.size(); i++) want_dw[i] += dw0[i], abs_dw[i] += std::fabs(dw0[i]);
       if (with_dinp) expect_within_fp32_sum_bound(dinp, want_dinp, abs_dinp, s.OC, "dinp");
-      if (!with_dinp) EXPECT_EQ(dinp[0], -99.0f);  // not written
+      if (!with_dinp) {
+        EXPECT_EQ(dinp[0], -99.0f);  // not written
+      }
       expect_within_fp32_sum_bound(dw, want_dw, abs_dw, s.N + 1, "dw");
       // With w rounded once beforehand (the model's Weights16): the same operands, so the same bits.
       std::vector<uint16_t> w16(w.size());

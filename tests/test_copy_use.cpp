@@ -217,7 +217,9 @@ TEST(CopyUse, ShuffledControlDecidesOnAnotherHeadsEvidence) {
   const int reader = int(std::find(perm.begin(), perm.end(), 0) - perm.begin());
   EXPECT_EQ(t["choice"][reader], 3);
   for (int h = 0; h < 4; h++)
-    if (h != reader) EXPECT_EQ(t["choice"][h], 0);
+    if (h != reader) {
+      EXPECT_EQ(t["choice"][h], 0);
+    }
   nlohmann::json t2;
   c.update(1, ControlInput::of_use(use1.data()), 5), c.update(0, ControlInput::of_use(use1.data()), 10, &t2);
   EXPECT_EQ(t2["copy_permutation"], t["copy_permutation"]);  // drawn once

@@ -324,7 +324,9 @@ TEST(EvalRetrieval, EvalOfAControlledModelOnAHandBuiltShard) {
   ASSERT_GT(fn[0], 1000);
   for (int b = 0; b < 4; b++) {
     EXPECT_EQ(fc["buckets"][b]["n"], fn[b]) << b;
-    if (fn[b] > 0) EXPECT_NEAR(fc["buckets"][b]["loss"].get<double>(), fl[b] / double(fn[b]), 1e-4) << b;
+    if (fn[b] > 0) {
+      EXPECT_NEAR(fc["buckets"][b]["loss"].get<double>(), fl[b] / double(fn[b]), 1e-4) << b;
+    }
   }
 }
 
