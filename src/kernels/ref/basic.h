@@ -66,12 +66,7 @@ void matmul_forward(T* out, const T* inp, const T* w, int N, int C, int OC) {
 template <class T>
 std::vector<T> widened(const uint16_t* w, size_t n) {
   std::vector<T> wide(n);
-  for (size_t i = 0; i < n; i++) {
-    const uint32_t u = uint32_t(w[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    wide[i] = T(f);
-  }
+  for (size_t i = 0; i < n; i++) wide[i] = T(bf16::widen(w[i]));
   return wide;
 }
 
