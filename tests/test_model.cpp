@@ -296,5 +296,27 @@ TEST(Backend, Bf16ProductsReadWeightsRoundedAtEachForward) {
   }
 }
 
+// keep_rounded_weights (train_step's, for every micro-batch after a step's first): the next forward reads the bf16
+// copy the last forward rounded, even if the fp32 weights moved since; the forward after it rounds again.
+TEST(Backend, Bf16KeptWeightsAreTheLastForwardsCopyForOneForward) {
+  const int B = 2, T = 17;
+  ModelConfig cfg = tiny_config(false, true);
+  Model<float> toy(cfg, B, T);
+  toy.backend = &counting_bf16_backend();
+  randomize(toy, 11);
+  const auto tokens = random_tokens(B * T + 1, cfg.vocab_size, 12);
+  const double before = toy.forward(tokens.data(), tokens.data() + 1, B, T);
+  for (const ParamTensor& t : toy.tensors())  // move every matrix weight by far more than bf16's spacing
+    if (t.decay && t.name.find("embed_tokens") == std::string::npos)
+      for (size_t i = 0; i < t.numel; i++) toy.params_data()[t.offset + i] *= 1.25f;
+  toy.keep_rounded_weights();
+  const double kept = toy.forward(tokens.data(), tokens.data() + 1, B, T);
+  EXPECT_EQ(kept, before) << "a kept copy is the last forward's, bit for bit";
+  const double moved = toy.forward(tokens.data(), tokens.data() + 1, B, T);
+  EXPECT_GT(std::fabs(moved - before), 1e-3) << "the next forward rounds the moved weights";
+  toy.keep_rounded_weights();
+  EXPECT_EQ(toy.forward(tokens.data(), tokens.data() + 1, B, T), moved);
+}
+
 }  // namespace
 }  // namespace aah

@@ -218,8 +218,9 @@ void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
-  if constexpr (std::is_same_v<real, float>)
-    if (backend->bf16) w16_.round(p_, cfg_);  // the weights may have changed since the last forward
+  if constexpr (std::is_same_v<real, float>)  // the weights may have changed since the last forward, unless told
+    if (backend->bf16 && !(keep_w16_ && !w16_.empty())) w16_.round(p_, cfg_);
+  keep_w16_ = false;
   backend->embedding_forward(a_.x, tokens, p_.embed, N, C);
   forward_tokens = tokens;
   for (int l = 0; l < L; l++) layer_forward(l, B, T);

@@ -57,8 +57,8 @@ struct Params {
 
 // Every weight matrix rounded to bf16, in Params' stacked layouts, for a bf16 backend's products (matmul_forward_bf16w
 // and matmul_backward_bf16w read these instead of rounding the fp32 weights at each call). The model rounds them at
-// the start of each forward, so a training step rounds its weights once, not once per product; the decoder once, at
-// construction.
+// the start of each forward (but a step's later micro-batches: keep_rounded_weights), so a training step rounds its
+// weights once, not once per product; the decoder once, at construction.
 struct Weights16 {
   std::vector<uint16_t> wqkv, wo, w_gate_up, w_down, lm_head;
   std::vector<LayerWeights16> layers;  // (L) each layer's slices of the above
@@ -200,6 +200,10 @@ class Model {
   // Backward of the last forward; accumulates (+=) parameter gradients.
   void backward(const int32_t* tokens, int B, int T);
   void zero_grads();
+  // The weights have not changed since the last forward: the next forward may reuse the bf16 copy that forward
+  // rounded (a bf16 backend; no effect otherwise). train_step says so for every micro-batch after a step's first,
+  // so a step rounds its weights once whatever train.grad_accum. Applies to the next forward only.
+  void keep_rounded_weights() { keep_w16_ = true; }
 
   const Activations<real>& acts() const { return a_; }
 
@@ -228,6 +232,7 @@ class Model {
   bool keep_per_layer_ = true;         // activations kept per layer (training) or one slot reused (inference)
   bool have_head_grad_ = false;        // the last forward ran the LM head backward (grad_scale != 0)
   Weights16 w16_;                      // the weights in bf16, rounded at each forward when backend->bf16
+  bool keep_w16_ = false;              // keep_rounded_weights() was called since the last forward
   std::vector<uint16_t> dlogits16_;    // (kLogitRows, V) the LM head's gradient in bf16, when backend->bf16
   std::vector<uint16_t> dh16_;         // (N, 2F) SwiGLU's input gradient in bf16, when backend->bf16
   // Layer l's bf16 matrices, which its products read, when the backend is bf16; else null (the fp32 ones).

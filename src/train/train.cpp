@@ -259,6 +259,7 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
   model.zero_grads();
   for (int micro = 0; micro < batch.micro_batches; micro++) {
     policy.begin_forward(step, /*update=*/micro == 0);  // a control update runs in the first micro-batch only
+    if (micro > 0) model.keep_rounded_weights();        // bf16: the weights are rounded once per step
     const double loss = model.forward(batch.input(micro), batch.target(micro), batch.B, batch.T, 1.0f);
     r.loss += loss / batch.micro_batches * (double(batch.B) / batch.B_all);
     policy.end_forward();
