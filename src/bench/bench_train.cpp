@@ -77,7 +77,7 @@ void BenchTrainer::step() {
   model.zero_grads();
   model.forward(tokens.data(), tokens.data() + 1, B, T, 1.0f);
   model.backward(tokens.data(), B, T);
-  const double norm = global_norm(model.grads_data(), model.num_params()) / (B * T);
+  const double norm = global_norm(*model.backend, model.grads_data(), model.num_params()) / (B * T);
   opt.update(model.params_data(), model.grads_data(), model.num_params(), 1e-4, cfg.train,
              float(1.0 / (B * T) / std::max(1.0, norm)));
 }

@@ -55,12 +55,16 @@ class ArenaPlan {
   // Returns the allocation that owns every slot's memory.
   Buffer<T> allocate() {
     Buffer<T> base(total());
+    place(base.data);
+    return base;
+  }
+  // Points every slot into base, an allocation of at least total() values (64-byte aligned).
+  void place(T* base) {
     size_t off = 0;
     for (auto& it : items_) {
-      *it.slot = base.data + off;
+      *it.slot = base + off;
       off += round_up(it.count);
     }
-    return base;
   }
 
  private:

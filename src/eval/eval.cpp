@@ -31,7 +31,7 @@ EvalResult eval_loss(Model<float>& model, const std::vector<int32_t>& tokens, in
     }
     if (around_batch) around_batch(w0 / batch_size, B, true);
     sum += model.forward(inp.data(), tgt.data(), B, context) * B * context;
-    const float* losses = model.acts().losses;  // (B, T)
+    const float* losses = model.losses();  // (B, T)
     for (int b = 0; b < B; b++)
       for (int t = 0; t < context; t++) r.position_loss_sum[size_t(t)] += losses[int64_t(b) * context + t];
     if (around_batch) around_batch(w0 / batch_size, B, false);

@@ -224,7 +224,7 @@ nlohmann::json eval_run(const EvalRunOptions& o) {
         policy.end_forward();
         for (int b = 0; b < rows; b++) {
           const int32_t* inputs = val.tokens.data() + (int64_t(mb) * batch + b) * T;
-          far_copy.add(inputs, inputs + 1, model.acts().losses + int64_t(b) * T, T);
+          far_copy.add(inputs, inputs + 1, model.losses() + int64_t(b) * T, T);
         }
         if (synth) {  // eval_loss's windows: w starts at token w T, micro-batch mb holds windows mb batch ...
           const int32_t* inputs = val.tokens.data() + int64_t(mb) * batch * T;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "data/synth.h"
 #include "kernels/backend.h"
 
@@ -53,6 +54,8 @@ void retrieval_score(std::vector<RetrievalBucket>& buckets, const int32_t* input
 void retrieval_score_forward(std::vector<RetrievalBucket>& buckets, Model<float>& model, const int32_t* inputs,
                              const int32_t* targets, int B, int T) {
   const int C = model.config().hidden_size, V = model.config().vocab_size;
+  AAH_CHECK(model.backend->memory.host, "[retrieval] backend ", model.backend->name,
+            ": the answers are scored from the final norm's output on the host");
   const float* lnf = model.acts().lnf;  // (B T, C)
   std::vector<float> logits(static_cast<size_t>(V));  // (V)
   for (int b = 0; b < B; b++) {
@@ -61,7 +64,7 @@ void retrieval_score_forward(std::vector<RetrievalBucket>& buckets, Model<float>
       return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     };
     retrieval_score(buckets, inputs + int64_t(b) * T, targets + int64_t(b) * T, T, predict,
-                    model.acts().losses + int64_t(b) * T);
+                    model.losses() + int64_t(b) * T);
   }
 }
 

@@ -10,6 +10,8 @@
 namespace aah {
 
 Decoder::Decoder(Model<float>& model, int max_positions) : model_(model), max_positions_(max_positions) {
+  AAH_CHECK(model.backend->memory.host, "[generate] backend ", model.backend->name,
+            ": the decoder's cache and buffers are host memory, and it reads the model's weights in place");
   const ModelConfig& m = model.config();
   const size_t C = m.hidden_size, H = m.num_attention_heads, Hkv = m.num_key_value_heads, D = m.head_dim,
                F = m.intermediate_size;

@@ -1,5 +1,8 @@
 #include "kernels/backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "core/check.h"
 #include "kernels/bf16/bf16.h"
 #include "kernels/cpu/vexp.h"
@@ -8,6 +11,22 @@
 #include "kernels/ref/ref.h"
 
 namespace aah {
+
+const Memory& host_memory() {
+  static const Memory m = {[](size_t bytes) -> void* {
+                             void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+                             if (!p) fail("[memory] out of memory allocating ", bytes >> 20, " MiB");
+                             std::memset(p, 0, bytes);
+                             return p;
+                           },
+                           [](void* p) { std::free(p); },
+                           [](void* device, const void* host, size_t bytes) { std::memcpy(device, host, bytes); },
+                           [](void* host, const void* device, size_t bytes) { std::memcpy(host, device, bytes); },
+                           [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); },
+                           [](void* device, size_t bytes) { std::memset(device, 0, bytes); },
+                           true};
+  return m;
+}
 
 namespace {
 
@@ -43,7 +62,11 @@ Backend<float> cpu_backend(const char* name, decltype(Backend<float>::attention_
           bwd,
           cpu::attn_decode_forward,
           bf16::attn_decode_forward,
-          mm_fwd == bf16::matmul_forward};
+          mm_fwd == bf16::matmul_forward,
+          cpu::residual_add,
+          cpu::sum_squares,
+          cpu::adamw_update,
+          host_memory()};
 }
 
 // kernels/ref at element type T.
@@ -76,7 +99,11 @@ Backend<T> ref_backend() {
           ref::attn_local_backward<T>,
           ref::attn_decode_forward<T>,
           ref::attn_decode_forward_bf16<T>,
-          false};
+          false,
+          ref::residual_add<T>,
+          ref::sum_squares<T>,
+          ref::adamw_update<T>,
+          host_memory()};
 }
 
 const Backend<float>& backend_dense() {

@@ -5,21 +5,49 @@
 //   ref    kernels/ref: the scalar reference every fast kernel is tested against, at float (and at double:
 //          backend_ref_double, the engine of Model<double> and the gradient checks)
 //   local-bf16, dense-bf16  the same with their matrix products in bf16 on oneDNN (kernels/bf16), fp32 elsewhere;
-//          local-bf16's attention runs its tile products in bf16 on AMX where the CPU has it (kernels/bf16/attention.cpp)
+//          local-bf16's attention runs its tile products in bf16 on AMX where the CPU has it
+//          (kernels/bf16/attention.cpp)
 // aah.attention and train.precision name the backend of a run (backend_for; ref is for tests).
 //
 // A new backend (bf16, CUDA) writes the functions below with these signatures (shapes and conventions in
 // kernels/ops.h, attention in kernels/attention_common.h, decoding in kernels/decode.h), fills one Backend, and adds
-// one row to the name table in backend.cpp. Buffers stay host memory owned by Model (a device backend would add
-// allocation and copies here).
+// one row to the name table in backend.cpp. Memory too: every buffer the model and the optimizer keep is allocated
+// by the backend (Memory below) and the host reads or writes it only through the backend's copies, so a backend's
+// buffers may live on a device (the CPU backends' are host memory, read in place). The other pointers the operations
+// take are host memory, which a device backend copies itself: token ids and targets, windows, AttnDiagnostics and
+// AttnCounters. tests/test_backend_memory.cpp runs a toy backend whose buffers the host cannot touch (protected pages)
+// through training steps, AdamW, saving, loading and evaluation. Still host-only (they refuse a backend whose memory is
+// not the host's, saying so): bf16 weights (rounded on the host), the decoder (aah generate, bench decode), the
+// retrieval scorer and the MPI all-reduce.
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention_common.h"
+#include "kernels/ops.h"
 
 namespace aah {
+
+// A backend's memory: where the model's parameters, gradients, activations and RoPE tables and the optimizer's moments
+// live. The host touches them only through upload and download (and DeviceBuffer, HostCopy, HostStage below, built on
+// them); where `host` is true they are host memory and host code may read and write them in place, which is what
+// HostCopy and HostStage then do (no copy). The CPU backends: aligned_alloc, free, memcpy (x3), memset, host = true.
+struct Memory {
+  void* (*alloc)(size_t bytes);  // zeroed, 64-byte aligned; fails with an error (never returns null)
+  void (*release)(void* p);
+  void (*upload)(void* device, const void* host, size_t bytes);
+  void (*download)(void* host, const void* device, size_t bytes);
+  void (*copy)(void* device_dst, const void* device_src, size_t bytes);
+  void (*zero)(void* device, size_t bytes);
+  bool host;
+};
+
+// The host memory Memory of the CPU backends.
+const Memory& host_memory();
 
 template <class real>
 struct Backend {
@@ -76,6 +104,76 @@ struct Backend {
   // bf16 precision (train.precision=bf16): the matrix products take bf16 operands, the model and the decoder keep
   // their weights in bf16 (matmul_*_bf16w), and the decoder its KV cache. Every other op is fp32 either way.
   bool bf16;
+  // What a training step does besides the layers: y += x over n values (the residual stream and its gradient); the
+  // sum of squares of n values in double (the global gradient norm: fixed chunks, so the same whatever the thread
+  // count); AdamW's update of n parameters and their moments m, v (decay: 1 where weight decay applies).
+  void (*residual_add)(real* y, const real* x, size_t n);
+  double (*sum_squares)(const real* x, size_t n);
+  void (*adamw_update)(real* params, real* m, real* v, const uint8_t* decay, const real* grads, size_t n,
+                       const AdamWStep& s);
+  Memory memory;
+};
+
+// n values of T from a backend's Memory, released by it; moves, never copies.
+template <class T>
+struct DeviceBuffer {
+  T* data = nullptr;
+  size_t size = 0;
+  const Memory* memory = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const Memory& m, size_t n)
+      : data(static_cast<T*>(m.alloc(std::max<size_t>(1, n) * sizeof(T)))), size(n), memory(&m) {}
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data, o.data), std::swap(size, o.size), std::swap(memory, o.memory);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data) memory->release(data);
+  }
+};
+
+// n values of device memory readable on the host: the memory itself where it is host memory, else a copy.
+template <class T>
+class HostCopy {
+ public:
+  HostCopy(const Memory& m, const T* device, size_t n) : p_(device) {
+    if (m.host) return;
+    copy_.resize(n);
+    m.download(copy_.data(), device, n * sizeof(T));
+    p_ = copy_.data();
+  }
+  const T* data() const { return p_; }
+
+ private:
+  const T* p_;
+  std::vector<T> copy_;
+};
+
+// n values of device memory writable on the host; commit() makes the writes the device's. Where it is host memory,
+// the memory itself (commit does nothing); else a copy of it, uploaded by commit().
+template <class T>
+class HostStage {
+ public:
+  HostStage(const Memory& m, T* device, size_t n) : m_(m), device_(device), p_(device), n_(n) {
+    if (m.host) return;
+    copy_.resize(n);
+    m.download(copy_.data(), device, n * sizeof(T));
+    p_ = copy_.data();
+  }
+  T* data() { return p_; }
+  void commit() {
+    if (!m_.host) m_.upload(device_, p_, n_ * sizeof(T));
+  }
+
+ private:
+  const Memory& m_;
+  T* device_;
+  T* p_;
+  size_t n_;
+  std::vector<T> copy_;
 };
 
 // The float backend called `name` (local, dense, local-bf16, dense-bf16, ref); another name is an error listing them.

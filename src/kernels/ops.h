@@ -9,12 +9,19 @@
 // through the backend table (kernels/backend.h), never directly: Model<float> runs the cpu backend, Model<double>
 // the reference used by gradient checks.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
 #include "kernels/attention_common.h"
 
 namespace aah {
+
+// One AdamW update's scalars (train/optimizer.h): c1, c2 the bias corrections of this update, grad_scale applied to
+// each gradient first.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale;
+};
 
 namespace cpu {
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C);
@@ -47,6 +54,13 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
 
 // e[j] *= scale for j < n; returns the largest of them (the controller's softmax rows, controller/coverage.h).
 float scale_max(float* e, int n, float scale);
+
+// The training step's remainder (kernels/backend.h): y += x; the sum of squares in double over 64 fixed chunks;
+// AdamW's update (train/optimizer.h).
+void residual_add(float* y, const float* x, size_t n);
+double sum_squares(const float* x, size_t n);
+void adamw_update(float* params, float* m, float* v, const uint8_t* decay, const float* grads, size_t n,
+                  const AdamWStep& s);
 
 // Causal attention with one window per head. q (B, H, T, D), k v (B, Hkv, T, D), window (H), W >= 1;
 // out (B, H, T, D), lse (B, H, T) the row log-sum-exp of the scaled scores. Scale 1/sqrt(D).

@@ -6,8 +6,7 @@
 namespace aah {
 
 Engine::Engine(const Config& cfg, const EngineOptions& o)
-    : model(cfg.model, o.batch, o.context, o.with_grads) {
-  model.backend = &backend_for(cfg.aah.attention, cfg.train.precision);
+    : model(cfg.model, o.batch, o.context, o.with_grads, backend_for(cfg.aah.attention, cfg.train.precision)) {
   if (o.weights.empty())
     model.init_weights(uint64_t(cfg.train.seed));
   else

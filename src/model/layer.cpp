@@ -7,12 +7,6 @@
 
 namespace aah {
 
-// y += x over n values (the residual stream and its gradient). Plain pointers, so the loop vectorizes.
-template <class real>
-static void residual_add(real* y, const real* x, size_t n) {
-  for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 template <class real>
 void rope_angles(real* cos, real* sin, int pos0, int T, int D, double theta) {
   const int half = D / 2;
@@ -57,8 +51,8 @@ void layer_forward_pre_attention(const Backend<real>& be, const LayerActs<real>&
     be.rmsnorm_forward(a.q, a.rstd_q, a.q_pre, w.q_norm, N * H, D, eps);
     be.rmsnorm_forward(a.k, a.rstd_k, a.k_pre, w.k_norm, N * Hkv, D, eps);
   } else {
-    std::memcpy(a.q, a.q_pre, size_t(N) * H * D * sizeof(real));
-    std::memcpy(a.k, a.k_pre, size_t(N) * Hkv * D * sizeof(real));
+    be.memory.copy(a.q, a.q_pre, size_t(N) * H * D * sizeof(real));
+    be.memory.copy(a.k, a.k_pre, size_t(N) * Hkv * D * sizeof(real));
   }
   be.rope_forward(a.q, rope_cos, rope_sin, B * H, T, D);
   be.rope_forward(a.k, rope_cos, rope_sin, B * Hkv, T, D);
@@ -73,13 +67,13 @@ void layer_forward_post_attention(const Backend<real>& be, const LayerActs<real>
   // attention half: xa = x + o_proj(merge(att))
   be.heads_merge_forward(a.merged, a.att, B, H, T, D);
   weight_product(be, a.xa, a.merged, w.wo, w16 ? w16->wo : nullptr, N, H * D, C);
-  residual_add(a.xa, a.x, NC);
+  be.residual_add(a.xa, a.x, NC);
   // MLP half: x_out = xa + down(swiglu(gate_up(rmsnorm(xa))))
   be.rmsnorm_forward(a.ln2, a.rstd2, a.xa, w.ln2, N, C, eps);
   weight_product(be, a.h, a.ln2, w.w_gate_up, w16 ? w16->w_gate_up : nullptr, N, C, 2 * F);
   be.swiglu_forward(a.act, a.h, N, F);
   weight_product(be, a.x_out, a.act, w.w_down, w16 ? w16->w_down : nullptr, N, F, C);
-  residual_add(a.x_out, a.xa, NC);
+  be.residual_add(a.x_out, a.xa, NC);
 }
 
 template <class real>
@@ -98,7 +92,7 @@ void layer_backward_post_attention(const Backend<real>& be, const BackwardScratc
     be.matmul_backward(d.dln, g.w_gate_up, d.dh, a.ln2, w.w_gate_up, N, C, 2 * F);
   }
   be.rmsnorm_backward(d.dtmp, g.ln2, d.dln, a.xa, w.ln2, a.rstd2, N, C);
-  residual_add(d.dres, d.dtmp, NC);
+  be.residual_add(d.dres, d.dtmp, NC);
   // o_proj and the merge
   be.heads_merge_forward(a.merged, a.att, B, H, T, D);  // recomputed instead of stored
   // a.qkv as scratch for d(merged)
@@ -119,13 +113,13 @@ void layer_backward_pre_attention(const Backend<real>& be, const BackwardScratch
     be.rmsnorm_backward(d.dq_pre, g.q_norm, d.dq, a.q_pre, w.q_norm, a.rstd_q, N * H, D);
     be.rmsnorm_backward(d.dk_pre, g.k_norm, d.dk, a.k_pre, w.k_norm, a.rstd_k, N * Hkv, D);
   } else {
-    std::memcpy(d.dq_pre, d.dq, size_t(N) * H * D * sizeof(real));
-    std::memcpy(d.dk_pre, d.dk, size_t(N) * Hkv * D * sizeof(real));
+    be.memory.copy(d.dq_pre, d.dq, size_t(N) * H * D * sizeof(real));
+    be.memory.copy(d.dk_pre, d.dk, size_t(N) * Hkv * D * sizeof(real));
   }
   be.qkv_split_backward(a.qkv, d.dq_pre, d.dk_pre, d.dv, B, T, H, Hkv, D);
   weight_product_backward(be, d.dln, g.wqkv, a.qkv, a.ln1, w.wqkv, w16 ? w16->wqkv : nullptr, N, C, QKV);
   be.rmsnorm_backward(d.dtmp, g.ln1, d.dln, a.x, w.ln1, a.rstd1, N, C);
-  residual_add(d.dres, d.dtmp, NC);
+  be.residual_add(d.dres, d.dtmp, NC);
 }
 
 #define AAH_LAYER_INSTANTIATE(real)                                                                                    \

@@ -131,29 +131,36 @@ size_t Model<real>::estimate_bytes(const ModelConfig& cfg, int max_B, int max_T,
 }
 
 template <class real>
-Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
+Model<real>::Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads, const Backend<real>& be)
+    : backend(&be), cfg_(cfg), max_B_(max_B), max_T_(max_T), memory_(&be.memory) {
+  AAH_CHECK(!be.bf16 || be.memory.host, "backend ", be.name, ": bf16 weights are rounded on the host");
   build_tensor_table();
-  params_.resize(num_params_);
+  params_ = DeviceBuffer<real>(*memory_, num_params_);
   point_params(p_, params_.data, block_offsets_, cfg);
   if (with_grads) {
-    grads_.resize(num_params_);
+    grads_ = DeviceBuffer<real>(*memory_, num_params_);
     point_params(g_, grads_.data, block_offsets_, cfg);
   }
   ArenaPlan<real> plan;
   plan_activations(plan, a_, cfg, max_B, max_T, with_grads);
   keep_per_layer_ = with_grads;
-  acts_ = plan.allocate();
-  const int half = cfg.head_dim / 2;
-  rope_cos_.resize(size_t(max_T) * half);
-  rope_sin_.resize(size_t(max_T) * half);
-  rope_angles(rope_cos_.data, rope_sin_.data, 0, max_T, cfg.head_dim, cfg.rope_theta);
+  acts_ = DeviceBuffer<real>(*memory_, plan.total());
+  plan.place(acts_.data);
+  if (!memory_->host) losses_host_.resize(size_t(max_B) * max_T);
+  const size_t half = size_t(cfg.head_dim / 2);
+  std::vector<real> cos(size_t(max_T) * half), sin(size_t(max_T) * half);
+  rope_angles(cos.data(), sin.data(), 0, max_T, cfg.head_dim, cfg.rope_theta);
+  rope_cos_ = DeviceBuffer<real>(*memory_, cos.size());
+  rope_sin_ = DeviceBuffer<real>(*memory_, sin.size());
+  memory_->upload(rope_cos_.data, cos.data(), cos.size() * sizeof(real));
+  memory_->upload(rope_sin_.data, sin.data(), sin.size() * sizeof(real));
   set_full_windows(max_T);
   clamped_.resize(cfg.num_attention_heads);
 }
 
 template <class real>
-Model<real>::Model(const ModelConfig& cfg) : cfg_(cfg), max_B_(0), max_T_(0) {
+Model<real>::Model(const ModelConfig& cfg)
+    : backend(&backend_default<real>()), cfg_(cfg), max_B_(0), max_T_(0), memory_(&backend->memory) {
   build_tensor_table();
 }
 
@@ -166,8 +173,9 @@ template <class real>
 void Model<real>::init_weights(uint64_t seed) {
   Rng rng(seed);
   const double out_scale = 1.0 / std::sqrt(2.0 * cfg_.num_hidden_layers);
+  HostStage<real> params(*memory_, params_.data, num_params_);
   for (const ParamTensor& t : tensors_) {
-    real* w = params_.data + t.offset;
+    real* w = params.data() + t.offset;
     if (t.shape.size() == 1) {
       for (size_t i = 0; i < t.numel; i++) w[i] = 1;
       continue;
@@ -176,11 +184,18 @@ void Model<real>::init_weights(uint64_t seed) {
     const double std = 0.02 * (is_output ? out_scale : 1.0);
     for (size_t i = 0; i < t.numel; i++) w[i] = real(std * rng.normal());
   }
+  params.commit();
 }
 
 template <class real>
 void Model<real>::zero_grads() {
-  if (grads_.data) std::memset(grads_.data, 0, num_params_ * sizeof(real));
+  if (grads_.data) memory_->zero(grads_.data, num_params_ * sizeof(real));
+}
+
+template <class real>
+void Model<real>::check_memory() const {
+  AAH_CHECK(backend->memory.alloc == memory_->alloc, "backend ", backend->name,
+            " does not use the memory the model's buffers were allocated in: build the model with it");
 }
 
 template <class real>
@@ -197,7 +212,18 @@ void Model<real>::layer_forward(int l, int B, int T) {
   const LayerActs<real> a = a_.layer(l, keep_per_layer_ ? l : 0, B * T);
   const LayerWeights<real> w = p_.layer(l);
   layer_forward_pre_attention(*backend, a, w, cfg_, B, T, rope_cos_.data, rope_sin_.data, layer16(l));
-  if (before_attention) before_attention(l, a.q, a.k, a.v, B, T, windows_.data() + size_t(l) * H);
+  if (before_attention) {  // the hook reads q, k, v on the host
+    const real *q = a.q, *k = a.k, *v = a.v;
+    if (!memory_->host) {
+      const size_t nq = size_t(B) * T * H * D, nk = size_t(B) * T * Hkv * D;
+      qkv_host_.resize(nq + 2 * nk);
+      memory_->download(qkv_host_.data(), a.q, nq * sizeof(real));
+      memory_->download(qkv_host_.data() + nq, a.k, nk * sizeof(real));
+      memory_->download(qkv_host_.data() + nq + nk, a.v, nk * sizeof(real));
+      q = qkv_host_.data(), k = q + nq, v = k + nk;
+    }
+    before_attention(l, q, k, v, B, T, windows_.data() + size_t(l) * H);
+  }
   AttnDiagnostics diag;
   AttnDiagnostics* diag_ptr = nullptr;
   if (diag_entropy || diag_out_norm || diag_usage) {
@@ -217,6 +243,7 @@ template <class real>
 void Model<real>::forward_trunk(const int32_t* tokens, int B, int T) {
   AAH_CHECK(B <= max_B_ && T <= max_T_, "micro-batch (", B, ", ", T, ") exceeds the model's (", max_B_, ", ",
             max_T_, ")");
+  check_memory();
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   if constexpr (std::is_same_v<real, float>)  // the weights may have changed since the last forward, unless told
     if (backend->bf16 && !(keep_w16_ && !w16_.empty())) w16_.round(p_, cfg_);
@@ -260,7 +287,9 @@ double Model<real>::forward(const int32_t* tokens, const int32_t* targets, int B
       if (have_head_grad_)
         backend->matmul_backward(a.dln + size_t(r0) * C, g_.lm_head, a.logits, lnf, p.lm_head, rows, C, V);
     }
-    for (int i = 0; i < rows; i++) sum += a.losses[r0 + i];
+    if (!memory_->host) memory_->download(losses_host_.data() + r0, a.losses + r0, size_t(rows) * sizeof(real));
+    const real* losses = this->losses();
+    for (int i = 0; i < rows; i++) sum += losses[r0 + i];
   }
   return sum / N;
 }
@@ -287,6 +316,7 @@ template <class real>
 void Model<real>::backward(const int32_t* tokens, int B, int T) {
   AAH_CHECK(grads_.data && keep_per_layer_, "backward needs a model built with gradients");
   AAH_CHECK(have_head_grad_, "backward needs a forward with grad_scale != 0");
+  check_memory();
   const int N = B * T, C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   // a_.dln holds d(final norm output), from the LM head in forward
   backend->rmsnorm_backward(a_.dres, g_.norm_f, a_.dln, a_.x + size_t(L) * N * C, p_.norm_f, a_.rstdf, N, C);

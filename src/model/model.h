@@ -139,9 +139,11 @@ struct Activations {
 template <class real>
 class Model {
  public:
-  // Allocates parameters, gradients and activations for micro-batches of up to (max_B, max_T), once.
-  // Owns them (RAII): a throw part-way leaks nothing.
-  Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
+  // Allocates parameters, gradients and activations for micro-batches of up to (max_B, max_T), once, in the memory
+  // of `backend` (kernels/backend.h: Memory; host memory for the CPU backends). Owns them (RAII): a throw part-way
+  // leaks nothing.
+  Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true,
+        const Backend<real>& backend = backend_default<real>());
   // Bytes the constructor would allocate (parameters, gradients, activations), without allocating.
   static size_t estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
   Model(const Model&) = delete;
@@ -150,6 +152,8 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   size_t num_params() const { return num_params_; }
+  // The buffers, in the backend's memory: read or write them on the host through HostCopy / HostStage
+  // (kernels/backend.h), or in place where backend->memory.host.
   real* params_data() { return params_.data; }
   real* grads_data() { return grads_.data; }
   Params<real>& params() { return p_; }
@@ -161,12 +165,14 @@ class Model {
   // Windows in force, one per (layer, head); full (T) by default. Set by the window policy.
   std::vector<int>& windows() { return windows_; }
   void set_full_windows(int T);
-  // The kernels (kernels/backend.h): local for float (backend_named(cfg.aah.attention) sets local or dense), the
-  // reference for double.
-  const Backend<real>* backend = &backend_default<real>();
+  // The kernels (kernels/backend.h): local for float (backend_for(cfg.aah.attention, cfg.train.precision) picks the
+  // run's), the reference for double. Another backend may be set after construction if it shares the memory that
+  // allocated the buffers (every CPU backend's: host memory); forward and backward check.
+  const Backend<real>* backend;
   AttnCounters counters;         // attention work, accumulated over calls
   double attention_seconds = 0;  // wall time inside the attention kernels, accumulated
-  // Called in each layer after q, k (normed, rotated) and v exist and before attention, so a window policy can set
+  // Called in each layer after q, k (normed, rotated) and v exist (on the host: copies where the backend's memory is
+  // not the host's) and before attention, so a window policy can set
   // this layer's windows (H values, in place) from the batch's own activations: the AAH controller does this on
   // its update steps, and the new windows apply to that same forward (spec section 5).
   std::function<void(int layer, const real* q, const real* k, const real* v, int B, int T, int* windows)>
@@ -183,7 +189,7 @@ class Model {
   double* diag_usage = nullptr;
 
   // Forward over tokens (B, T) with next-token targets; returns the mean loss (per-position losses are left in
-  // acts().losses). The LM head and the loss run over chunks of kLogitRows rows, so the (N, V) logits never exist
+  // losses()). The LM head and the loss run over chunks of kLogitRows rows, so the (N, V) logits never exist
   // at once; when grad_scale != 0 each chunk's gradient (scaled by grad_scale) is also pushed through the LM head
   // right away, accumulating the LM-head gradient and leaving d(final norm output) for backward().
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T, float grad_scale = 0);
@@ -206,11 +212,15 @@ class Model {
   void keep_rounded_weights() { keep_w16_ = true; }
 
   const Activations<real>& acts() const { return a_; }
+  // The last forward's per-position losses (B, T), on the host.
+  const real* losses() const { return memory_->host ? a_.losses : losses_host_.data(); }
 
  private:
   explicit Model(const ModelConfig& cfg);  // the tensor table only (estimate_bytes)
   void build_tensor_table();
-  void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
+  void forward_trunk(const int32_t* tokens, int B, int T);
+  void check_memory()
+      const;  // the backend in force uses the memory the buffers are in  // embedding .. final norm (into acts().lnf)
   // Layer l over (B, T): pre-attention, the window policy's hook, attention (through the backend), the rest.
   void layer_forward(int l, int B, int T);
   // Its backward: d(layer output) in acts().dres becomes d(layer input); accumulates layer l's gradients.
@@ -221,11 +231,14 @@ class Model {
   int max_B_, max_T_;
   std::vector<ParamTensor> tensors_;
   size_t num_params_ = 0;
-  Buffer<real> params_, grads_;  // (num_params) each; grads_ empty without gradients
-  Buffer<real> acts_;            // every activation buffer, one allocation
+  const Memory* memory_ = nullptr;     // the memory the buffers below are in: backend->memory at construction
+  DeviceBuffer<real> params_, grads_;  // (num_params) each; grads_ empty without gradients
+  DeviceBuffer<real> acts_;            // every activation buffer, one allocation
+  std::vector<real> losses_host_;      // (max_B max_T) losses() where the memory is not the host's
+  std::vector<real> qkv_host_;         // a layer's q, k, v for before_attention, where the memory is not the host's
   Params<real> p_{}, g_{};
   Activations<real> a_{};
-  Buffer<real> rope_cos_, rope_sin_;   // (max_T, D/2)
+  DeviceBuffer<real> rope_cos_, rope_sin_;  // (max_T, D/2)
   std::vector<int> windows_;           // (L, H)
   std::vector<int> clamped_;           // (H) scratch of clamped_windows
   std::vector<size_t> block_offsets_;  // start of each stacked parameter block

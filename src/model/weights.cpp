@@ -11,7 +11,8 @@ namespace aah {
 void weights_save(const std::string& path, Model<float>& model, const std::map<std::string, std::string>& metadata) {
   SafetensorsWriter w;
   w.require_finite();  // weights with a NaN or an infinity are never saved
-  for (const ParamTensor& t : model.tensors()) w.add_f32(t.name, model.params_data() + t.offset, t.shape);
+  const HostCopy<float> params(model.backend->memory, model.params_data(), model.num_params());
+  for (const ParamTensor& t : model.tensors()) w.add_f32(t.name, params.data() + t.offset, t.shape);
   for (auto& [k, v] : metadata) w.set_metadata(k, v);
   w.write(path);
 }
@@ -19,11 +20,13 @@ void weights_save(const std::string& path, Model<float>& model, const std::map<s
 std::map<std::string, std::string> weights_load(const std::string& path, Model<float>& model) {
   SafetensorsReader r(path);
   std::set<std::string> expected;
+  HostStage<float> params(model.backend->memory, model.params_data(), model.num_params());
   for (const ParamTensor& t : model.tensors()) {
     expected.insert(t.name);
     if (!r.has(t.name)) fail("[weights] ", path, ": tensor '", t.name, "' is missing");
-    r.read_f32(t.name, model.params_data() + t.offset, t.shape);
+    r.read_f32(t.name, params.data() + t.offset, t.shape);
   }
+  params.commit();
   for (const auto& t : r.tensors())
     if (!expected.count(t.name) && !(t.name == "lm_head.weight" && model.config().tie_word_embeddings))
       fail("[weights] ", path, ": unexpected tensor '", t.name, "' (tie_word_embeddings or layer count differ?)");
@@ -43,14 +46,16 @@ void weights_load_dir(const std::string& dir, Model<float>& model) {
     names.push_back(t.name);
     by_name[t.name] = &t;
   }
+  HostStage<float> params(model.backend->memory, model.params_data(), model.num_params());
   for (auto& [file, tensors] : weights_index_shards(read_json_file(index), names, index)) {
     SafetensorsReader r(dir + "/" + file);
     for (const std::string& name : tensors) {
       const ParamTensor* t = by_name.at(name);
       if (!r.has(name)) fail("[weights] ", r.path(), ": tensor '", name, "' is missing (index.json says it is here)");
-      r.read_f32(name, model.params_data() + t->offset, t->shape);
+      r.read_f32(name, params.data() + t->offset, t->shape);
     }
   }
+  params.commit();
 }
 
 std::map<std::string, std::vector<std::string>> weights_index_shards(const nlohmann::json& j,

@@ -9,6 +9,8 @@ namespace aah {
 
 GradSync::GradSync(Comm& comm, Model<float>& model, bool overlap)
     : comm_(comm), model_(model), overlap_(overlap && comm.size() > 1) {
+  AAH_CHECK(comm.size() <= 1 || model.backend->memory.host, "[train] backend ", model.backend->name,
+            ": the all-reduce (MPI) reads the gradients on the host");
   const int L = model.config().num_hidden_layers;
   buckets_.resize(size_t(L) + 2);
   for (const ParamTensor& t : model.tensors()) {

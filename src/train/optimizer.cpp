@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/check.h"
+
 namespace aah {
 
 double lr_at(const TrainConfig& t, int step) {
@@ -11,50 +13,37 @@ double lr_at(const TrainConfig& t, int step) {
   return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_norm(const float* g, size_t n) {
-  constexpr int kChunks = 64;
-  double partial[kChunks] = {};
-  const size_t per = (n + kChunks - 1) / kChunks;
-#pragma omp parallel for schedule(static)
-  for (int c = 0; c < kChunks; c++) {
-    const size_t lo = std::min(n, c * per), hi = std::min(n, lo + per);
-    double s = 0;
-    for (size_t i = lo; i < hi; i++) s += double(g[i]) * g[i];
-    partial[c] = s;
-  }
-  double s = 0;
-  for (double p : partial) s += p;
-  return std::sqrt(s);
+double global_norm(const Backend<float>& be, const float* g, size_t n) {
+  return std::sqrt(be.sum_squares(g, n));
 }
 
 void AdamW::init(const Model<float>& model) {
   const size_t n = model.num_params();
-  m.assign(n, 0.0f);
-  v.assign(n, 0.0f);
-  decay.assign(n, 0);
+  backend = model.backend;
+  const Memory& mem = backend->memory;
+  m = DeviceBuffer<float>(mem, n);  // zeroed
+  v = DeviceBuffer<float>(mem, n);
+  std::vector<uint8_t> d(n, 0);
   for (const ParamTensor& t : model.tensors())
-    if (t.decay) std::fill(decay.begin() + t.offset, decay.begin() + t.offset + t.numel, 1);
+    if (t.decay) std::fill(d.begin() + t.offset, d.begin() + t.offset + t.numel, 1);
+  decay = DeviceBuffer<uint8_t>(mem, n);
+  mem.upload(decay.data, d.data(), n);
   t = 0;
 }
 
 void AdamW::update(float* params, const float* grads, size_t n, double lr, const TrainConfig& cfg,
                    float grad_scale) {
+  AAH_CHECK(backend && n == m.size, "AdamW::update before init, or for another model");
   t++;
-  const float b1 = float(cfg.beta1), b2 = float(cfg.beta2), eps = float(cfg.adam_eps);
-  const float c1 = float(1.0 / (1.0 - std::pow(cfg.beta1, double(t))));
-  const float c2 = float(1.0 / (1.0 - std::pow(cfg.beta2, double(t))));
-  const float flr = float(lr), wd = float(cfg.weight_decay);
-  float* mm = m.data();
-  float* vv = v.data();
-  const uint8_t* dec = decay.data();
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    const float g = grads[i] * grad_scale;
-    mm[i] = b1 * mm[i] + (1 - b1) * g;
-    vv[i] = b2 * vv[i] + (1 - b2) * g * g;
-    const float step = (mm[i] * c1) / (std::sqrt(vv[i] * c2) + eps) + (dec[i] ? wd * params[i] : 0.0f);
-    params[i] -= flr * step;
-  }
+  const AdamWStep s = {.lr = float(lr),
+                       .beta1 = float(cfg.beta1),
+                       .beta2 = float(cfg.beta2),
+                       .eps = float(cfg.adam_eps),
+                       .weight_decay = float(cfg.weight_decay),
+                       .c1 = float(1.0 / (1.0 - std::pow(cfg.beta1, double(t)))),
+                       .c2 = float(1.0 / (1.0 - std::pow(cfg.beta2, double(t)))),
+                       .grad_scale = grad_scale};
+  backend->adamw_update(params, m.data, v.data, decay.data, grads, n, s);
 }
 
 }  // namespace aah

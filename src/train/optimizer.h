@@ -13,13 +13,15 @@ namespace aah {
 // Learning rate for optimizer step `step` (0-based).
 double lr_at(const TrainConfig& t, int step);
 
-// sqrt(sum of squares) of n values, accumulated in double over fixed chunks.
-double global_norm(const float* g, size_t n);
+// sqrt(sum of squares) of n values in the backend's memory, accumulated in double over fixed chunks.
+double global_norm(const Backend<float>& be, const float* g, size_t n);
 
+// The moments live in the model's memory (kernels/backend.h: Memory) and the update runs on its backend.
 struct AdamW {
-  std::vector<float> m, v;     // moments, one per parameter
-  std::vector<uint8_t> decay;  // 1 where weight decay applies
-  int64_t t = 0;               // updates applied so far
+  DeviceBuffer<float> m, v;     // moments, one per parameter
+  DeviceBuffer<uint8_t> decay;  // 1 where weight decay applies
+  int64_t t = 0;                // updates applied so far
+  const Backend<float>* backend = nullptr;
 
   void init(const Model<float>& model);
   // params -= lr * (mhat / (sqrt(vhat) + eps) + wd * params), with gradient g scaled by grad_scale first.

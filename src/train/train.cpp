@@ -124,9 +124,10 @@ void save_checkpoint(const std::string& run, const Config& cfg, Model<float>& mo
     checkpoint_test_delay();
     SafetensorsWriter w;
     w.require_finite();
-    const int64_t n = int64_t(opt.m.size());
-    w.add_f32("adamw.m", opt.m.data(), {n});
-    w.add_f32("adamw.v", opt.v.data(), {n});
+    const int64_t n = int64_t(opt.m.size);
+    const HostCopy<float> m(opt.backend->memory, opt.m.data, n), v(opt.backend->memory, opt.v.data, n);
+    w.add_f32("adamw.m", m.data(), {n});
+    w.add_f32("adamw.v", v.data(), {n});
     int64_t scalars[3] = {st.step, opt.t, st.tokens_seen};
     w.add_raw("counters", "I64", scalars, sizeof scalars, {3});  // step, adam t, tokens seen
     w.add_raw("rng", "I64", st.rng.s, sizeof st.rng.s, {4});
@@ -160,9 +161,11 @@ void load_checkpoint(const std::string& dir, Model<float>& model, AdamW& opt, Tr
   auto meta = weights_load(dir + "/model.safetensors", model);
   const std::string path = dir + "/training_state.safetensors";
   SafetensorsReader r(path);
-  const int64_t n = int64_t(opt.m.size());
-  r.read_f32("adamw.m", opt.m.data(), {n});
-  r.read_f32("adamw.v", opt.v.data(), {n});
+  const int64_t n = int64_t(opt.m.size);
+  HostStage<float> m(opt.backend->memory, opt.m.data, n), v(opt.backend->memory, opt.v.data, n);
+  r.read_f32("adamw.m", m.data(), {n});
+  r.read_f32("adamw.v", v.data(), {n});
+  m.commit(), v.commit();
   int64_t scalars[3];
   r.read_raw("counters", "I64", scalars, {3});
   r.read_raw("rng", "I64", st.rng.s, {4});
@@ -210,7 +213,8 @@ void truncate_metrics(const std::string& path, int step) {
 // gradients and combined features make them so); a difference is a bug, stopped here rather than saved.
 void check_ranks_agree(Comm& comm, Model<float>& model, int step) {
   const std::vector<int>& w = model.windows();
-  double mine[2] = {double(comm_fingerprint(model.params_data(), model.num_params() * sizeof(float)) >> 12),
+  const HostCopy<float> params(model.backend->memory, model.params_data(), model.num_params());
+  double mine[2] = {double(comm_fingerprint(params.data(), model.num_params() * sizeof(float)) >> 12),
                     double(comm_fingerprint(w.data(), w.size() * sizeof(int)) >> 12)};
   std::vector<double> all(size_t(2) * comm.size());
   comm.allgather(mine, 2, all.data());
@@ -278,7 +282,7 @@ StepResult train_step(Model<float>& model, AdamW& opt, const Batch& batch, Windo
 
   // Gradients were accumulated unscaled (dlogits x 1); scale once here: mean over all tokens of the step.
   const float grad_scale = 1.0f / float(batch.B_all * batch.T * batch.micro_batches);
-  r.grad_norm = global_norm(model.grads_data(), model.num_params()) * grad_scale;
+  r.grad_norm = global_norm(*model.backend, model.grads_data(), model.num_params()) * grad_scale;
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) return r;  // no update; the caller decides
   float scale = grad_scale;  // clip
   if (tc.grad_clip > 0 && r.grad_norm > tc.grad_clip) scale = float(grad_scale * tc.grad_clip / r.grad_norm);

@@ -267,4 +267,39 @@ float scale_max(float* e, int n, float scale) {
   return mx;
 }
 
+// Plain pointers, so the loop vectorizes.
+void residual_add(float* y, const float* x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+double sum_squares(const float* x, size_t n) {
+  constexpr int kChunks = 64;  // fixed: the same partial sums whatever the thread count
+  double partial[kChunks] = {};
+  const size_t per = (n + kChunks - 1) / kChunks;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < kChunks; c++) {
+    const size_t lo = std::min(n, c * per), hi = std::min(n, lo + per);
+    double s = 0;
+    for (size_t i = lo; i < hi; i++) s += double(x[i]) * x[i];
+    partial[c] = s;
+  }
+  double s = 0;
+  for (double p : partial) s += p;
+  return s;
+}
+
+void adamw_update(float* params, float* m, float* v, const uint8_t* decay, const float* grads, size_t n,
+                  const AdamWStep& s) {
+  const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, c1 = s.c1, c2 = s.c2, flr = s.lr, wd = s.weight_decay,
+              grad_scale = s.grad_scale;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    const float g = grads[i] * grad_scale;
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    const float step = (m[i] * c1) / (std::sqrt(v[i] * c2) + eps) + (decay[i] ? wd * params[i] : 0.0f);
+    params[i] -= flr * step;
+  }
+}
+
 }  // namespace aah::cpu

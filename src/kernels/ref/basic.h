@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/bf16/bf16.h"
+#include "kernels/ops.h"
 
 namespace aah::ref {
 
@@ -264,6 +265,31 @@ T scale_max(T* x, int n, T scale) {
   T mx = -INFINITY;
   for (int i = 0; i < n; i++) mx = std::max(mx, x[i] *= scale);
   return mx;
+}
+
+template <class T>
+void residual_add(T* y, const T* x, size_t n) {
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+template <class T>
+double sum_squares(const T* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+// AdamW as train/optimizer.h states it, one parameter at a time.
+template <class T>
+void adamw_update(T* params, T* m, T* v, const uint8_t* decay, const T* grads, size_t n, const AdamWStep& s) {
+  for (size_t i = 0; i < n; i++) {
+    const T g = grads[i] * T(s.grad_scale);
+    m[i] = T(s.beta1) * m[i] + (1 - T(s.beta1)) * g;
+    v[i] = T(s.beta2) * v[i] + (1 - T(s.beta2)) * g * g;
+    const T step =
+        m[i] * T(s.c1) / (std::sqrt(v[i] * T(s.c2)) + T(s.eps)) + (decay[i] ? T(s.weight_decay) * params[i] : T(0));
+    params[i] -= T(s.lr) * step;
+  }
 }
 
 }  // namespace aah::ref
