@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/rng.h"
 #include "eval/eval.h"
+#include "infer/decoder.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "train/optimizer.h"
@@ -22,8 +24,10 @@
 namespace aah {
 namespace {
 
-// The device: every live allocation (address, bytes), protected unless a backend call is in progress.
+// The device: every live allocation (address, bytes), protected unless a backend call is in progress (the decoder
+// calls attention_decode from several threads at once: a lock guards the count).
 std::map<void*, size_t> g_device;
+std::mutex g_lock;
 int g_open = 0;        // backend calls in progress
 int g_calls_open = 0;  // how many times the device was opened (the test checks it was used)
 
@@ -39,9 +43,11 @@ void protect_all(int prot) {
 // Opens the device for the duration of one backend call.
 struct DeviceOpen {
   DeviceOpen() {
+    std::lock_guard<std::mutex> hold(g_lock);
     if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE), g_calls_open++;
   }
   ~DeviceOpen() {
+    std::lock_guard<std::mutex> hold(g_lock);
     if (--g_open == 0) protect_all(PROT_NONE);
   }
 };
@@ -50,11 +56,13 @@ void* device_alloc(size_t bytes) {
   const size_t n = page_rounded(bytes);
   void* p = mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zeroed
   if (p == MAP_FAILED) std::abort();
+  std::lock_guard<std::mutex> hold(g_lock);
   g_device[p] = n;
   if (g_open > 0) mprotect(p, n, PROT_READ | PROT_WRITE);
   return p;
 }
 void device_release(void* p) {
+  std::lock_guard<std::mutex> hold(g_lock);
   munmap(p, g_device.at(p));
   g_device.erase(p);
 }
@@ -90,6 +98,7 @@ const Backend<float>& device_backend() {
     AAH_GUARD(heads_merge_backward), AAH_GUARD(rope_forward), AAH_GUARD(rope_backward), AAH_GUARD(swiglu_forward);
     AAH_GUARD(swiglu_backward), AAH_GUARD(crossentropy_forward_backward), AAH_GUARD(attention_forward);
     AAH_GUARD(attention_backward), AAH_GUARD(residual_add), AAH_GUARD(sum_squares), AAH_GUARD(adamw_update);
+    AAH_GUARD(attention_decode);
 #undef AAH_GUARD
     d.memory = {device_alloc, device_release, device_copy, device_copy, device_copy, device_zero, false};
     return d;
@@ -198,6 +207,32 @@ TEST(BackendMemory, AModelInDeviceMemoryTrainsSavesAndEvaluatesAsInHostMemory) {
   EXPECT_EQ(e_dev.loss_sum, e_host.loss_sum);
   EXPECT_EQ(e_dev.position_loss_sum, e_host.position_loss_sum);
   EXPECT_EQ(e_dev.windows, 4);
+}
+
+// Decoding: the KV cache, the decoder's buffers and its logits in the device's memory; the same logits as on the host,
+// through a batched prefill (the cache filled from the hook's copies) and single steps (filled on the device).
+TEST(BackendMemory, ADecoderInDeviceMemoryDecodesAsInHostMemory) {
+  const int T = 8, positions = 20;
+  const ModelConfig cfg = small_config();
+  Model<float> dev(cfg, 1, T, false, device_backend());
+  Model<float> host(cfg, 1, T, false, backend_named("ref"));
+  dev.init_weights(5), host.init_weights(5);
+  dev.windows() = host.windows() = {8, 2, 1, 5, 8, 8, 3, 4};
+  Decoder dd(dev, positions), dh(host, positions);
+  EXPECT_EQ(dd.cache().bytes(), dh.cache().bytes());
+  Rng r(6);
+  std::vector<int32_t> prompt(T);
+  for (auto& t : prompt) t = int32_t(r.below(uint64_t(cfg.vocab_size)));
+  g_calls_open = 0;
+  const float* ld = dd.prefill(prompt.data(), T);
+  const float* lh = dh.prefill(prompt.data(), T);
+  ASSERT_EQ(std::vector<float>(ld, ld + cfg.vocab_size), std::vector<float>(lh, lh + cfg.vocab_size));
+  for (int i = 0; i < positions - T; i++) {
+    const int32_t token = int32_t(r.below(uint64_t(cfg.vocab_size)));
+    ld = dd.step(token), lh = dh.step(token);
+    ASSERT_EQ(std::vector<float>(ld, ld + cfg.vocab_size), std::vector<float>(lh, lh + cfg.vocab_size)) << "step " << i;
+  }
+  EXPECT_GT(g_calls_open, 100);
 }
 
 // A backend that does not share the memory the model was built in is refused at the next forward.

@@ -38,13 +38,15 @@ class Decoder {
   float* rstdf_ = nullptr;      // (1)
   float* cos_ = nullptr;        // (D/2) RoPE angles of the position being decoded
   float* sin_ = nullptr;        // (D/2)
-  Buffer<float> buf_;           // everything above, one allocation
-  std::vector<float> logits_, scores_;
+  DeviceBuffer<float> buf_;     // everything above, one allocation; these three in the model's memory
+  DeviceBuffer<float> logits_;  // (V)
+  DeviceBuffer<float> scores_;  // (H, max_positions) one row per head
+  std::vector<float> logits_host_;  // (V) the logits downloaded, where the model's memory is not the host's
   std::vector<int> order_;  // (H) heads in order of decreasing window
   // On a bf16 backend: every weight matrix rounded to bf16 once, at construction (the model's weights then), which
   // the products read instead of the fp32 ones; empty otherwise.
   Weights16 w16_;
-  void logits_of(const float* x);
+  const float* logits_of(const float* x);
   double pairs_ = 0;
 };
 

@@ -2,16 +2,16 @@
 
 #include <algorithm>
 
-#include <cstring>
-
 #include "core/check.h"
 #include "kernels/bf16/bf16.h"
 
 namespace aah {
 
-void KVCache::init(int layers, int heads, int kv_heads, int head_dim, const int* windows, int max_positions,
-                   bool in_bf16) {
+void KVCache::init(const Memory& m, int layers, int heads, int kv_heads, int head_dim, const int* windows,
+                   int max_positions, bool in_bf16) {
   AAH_CHECK(layers > 0 && kv_heads > 0 && heads % kv_heads == 0 && max_positions > 0);
+  AAH_CHECK(!in_bf16 || m.host, "a bf16 KV cache is rounded on the host");
+  memory = &m;
   L = layers, Hkv = kv_heads, D = head_dim;
   const int group = heads / kv_heads;
   capacity.assign(size_t(L) * Hkv, 1);
@@ -26,21 +26,22 @@ void KVCache::init(int layers, int heads, int kv_heads, int head_dim, const int*
       total += size_t(capacity[l * Hkv + hk]) * D;
     }
   bf16 = in_bf16;
-  k.assign(bf16 ? 0 : total, 0.0f);
-  v.assign(bf16 ? 0 : total, 0.0f);
-  k16.assign(bf16 ? total : 0, 0);
-  v16.assign(bf16 ? total : 0, 0);
+  k = DeviceBuffer<float>(m, bf16 ? 0 : total);  // zeroed
+  v = DeviceBuffer<float>(m, bf16 ? 0 : total);
+  k16 = DeviceBuffer<uint16_t>(m, bf16 ? total : 0);
+  v16 = DeviceBuffer<uint16_t>(m, bf16 ? total : 0);
   length = 0;
 }
 
-void KVCache::store(int l, int hk, int pos, const float* key, const float* value) {
+void KVCache::store(int l, int hk, int pos, const float* key, const float* value, bool from_host) {
   const size_t at = offset[l * Hkv + hk] + size_t(pos % capacity[l * Hkv + hk]) * D;
-  if (bf16) {
-    bf16::convert(k16.data() + at, key, D);
-    bf16::convert(v16.data() + at, value, D);
+  if (bf16) {  // host memory (init)
+    bf16::convert(k16.data + at, key, D);
+    bf16::convert(v16.data + at, value, D);
   } else {
-    std::memcpy(k.data() + at, key, D * sizeof(float));
-    std::memcpy(v.data() + at, value, D * sizeof(float));
+    const auto put = from_host ? memory->upload : memory->copy;
+    put(k.data + at, key, D * sizeof(float));
+    put(v.data + at, value, D * sizeof(float));
   }
 }
 

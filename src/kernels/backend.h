@@ -16,9 +16,9 @@
 // buffers may live on a device (the CPU backends' are host memory, read in place). The other pointers the operations
 // take are host memory, which a device backend copies itself: token ids and targets, windows, AttnDiagnostics and
 // AttnCounters. tests/test_backend_memory.cpp runs a toy backend whose buffers the host cannot touch (protected pages)
-// through training steps, AdamW, saving, loading and evaluation. Still host-only (they refuse a backend whose memory is
-// not the host's, saying so): bf16 weights (rounded on the host), the decoder (aah generate, bench decode), the
-// retrieval scorer and the MPI all-reduce.
+// through training steps, AdamW, saving, loading, evaluation and decoding (the KV cache too). Still host-only (they
+// refuse a backend whose memory is not the host's, saying so): bf16 weights and the bf16 KV cache (rounded on the
+// host), the retrieval scorer and the MPI all-reduce.
 #pragma once
 #include <algorithm>
 #include <cstddef>
