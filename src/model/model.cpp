@@ -121,13 +121,18 @@ static void plan_activations(ArenaPlan<real>& plan, Activations<real>& a, const 
 }
 
 template <class real>
-size_t Model<real>::estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads) {
+size_t Model<real>::estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads, bool bf16) {
   ArenaPlan<real> plan;
   Activations<real> a{};
   plan_activations(plan, a, cfg, max_B, max_T, with_grads);
   Model<real> probe_table(cfg);  // parameter count only
   const size_t params = probe_table.num_params_;
-  return (plan.total() + params * (with_grads ? 2 : 1)) * sizeof(real);
+  size_t halves = 0;  // bf16 values: the weights' copy (w16_); in training the LM head's and SwiGLU's gradients
+  if (bf16)
+    halves = Weights16::elements(cfg) + (with_grads ? size_t(kLogitRows) * cfg.vocab_size +
+                                                          size_t(max_B) * max_T * 2 * size_t(cfg.intermediate_size)
+                                                    : 0);
+  return (plan.total() + params * (with_grads ? 2 : 1)) * sizeof(real) + halves * sizeof(uint16_t);
 }
 
 template <class real>

@@ -144,8 +144,9 @@ class Model {
   // leaks nothing.
   Model(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true,
         const Backend<real>& backend = backend_default<real>());
-  // Bytes the constructor would allocate (parameters, gradients, activations), without allocating.
-  static size_t estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true);
+  // Bytes the constructor would allocate (parameters, gradients, activations), without allocating; with bf16, also
+  // what a bf16 backend's forward and backward add (the bf16 copy of the weights, the two gradients kept in bf16).
+  static size_t estimate_bytes(const ModelConfig& cfg, int max_B, int max_T, bool with_grads = true, bool bf16 = false);
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 

@@ -374,7 +374,7 @@ void train_check_setup(const Config& cfg, const RunData& data, const std::string
     fail("[train] --allreduce ", allreduce, ": expected overlap or blocking");
   if (int64_t(train.tokens.size()) < T + 1)
     fail("[train] ", train.path, " has ", train.tokens.size(), " tokens; train.context=", T, " needs at least ", T + 1);
-  const double need = double(Model<float>::estimate_bytes(mc, B / ranks, T)) +
+  const double need = double(Model<float>::estimate_bytes(mc, B / ranks, T, true, cfg.train.precision == "bf16")) +
                       2.0 * sizeof(float) * double(Model<float>::estimate_bytes(mc, 0, 0, false) / sizeof(float));
   const double have = double(available_memory_bytes());
   if (have > 0 && need > 0.9 * have)
