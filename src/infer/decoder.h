@@ -38,7 +38,7 @@ class Decoder {
   float* rstdf_ = nullptr;      // (1)
   float* cos_ = nullptr;        // (D/2) RoPE angles of the position being decoded
   float* sin_ = nullptr;        // (D/2)
-  DeviceBuffer<float> buf_;     // everything above, one allocation; these three in the model's memory
+  DeviceBuffer<float> buf_;     // everything above, one allocation (it and the two below: the model's memory)
   DeviceBuffer<float> logits_;  // (V)
   DeviceBuffer<float> scores_;  // (H, max_positions) one row per head
   std::vector<float> logits_host_;  // (V) the logits downloaded, where the model's memory is not the host's
