@@ -219,9 +219,8 @@ class Model {
  private:
   explicit Model(const ModelConfig& cfg);  // the tensor table only (estimate_bytes)
   void build_tensor_table();
-  void forward_trunk(const int32_t* tokens, int B, int T);
-  void check_memory()
-      const;  // the backend in force uses the memory the buffers are in  // embedding .. final norm (into acts().lnf)
+  void forward_trunk(const int32_t* tokens, int B, int T);  // embedding .. final norm (into acts().lnf)
+  void check_memory() const;                                // the backend in force uses the memory the buffers are in
   // Layer l over (B, T): pre-attention, the window policy's hook, attention (through the backend), the rest.
   void layer_forward(int l, int B, int T);
   // Its backward: d(layer output) in acts().dres becomes d(layer input); accumulates layer l's gradients.
