@@ -4,10 +4,13 @@
 //
 // The layout is the fp32 kernel's: a tile pair's scores are S^T, keys as rows and queries as columns, so that every
 // per-query quantity (running max, sum, lse, Delta) is one 16-float vector. An AMX product C (M, N) += A (M, K) B
-// (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other), so each
-// call first rounds its inputs once into the layouts the products read (pack_*, O(T D) per call):
+// (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other), so the
+// inputs are rounded once into the layouts the products read (pack_*, O(T D) per call):
 //   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A (per tile of 64 positions)
 //   qB, oB (D/2, T, 2) Q / sqrt(D) and dO as B over d (per tile)         qP, oP (T/2, D, 2) Q and dO as B over t
+// The forward rounds K and V of every head first (a key tile serves several query tiles), and each query tile its
+// own Q; the backward's task (one key/value head) rounds its head's K and V and its query heads' Q and dO itself,
+// into its thread's buffers, so that they are still in that core's cache when its products read them.
 // and per tile pair (64 keys x 64 queries):
 //   forward   S^T = kA qB, softmax pass -> P^T in pairs of rows, O^T (D, 64) = diag(alpha) O^T + vT P^T
 //   backward  S^T = kA qB, dP^T = vA oB, pass -> P^T and dS^T (rows) and dS^T (pairs of rows),
@@ -222,46 +225,40 @@ void transpose_words(uint32_t* dst, const uint32_t* src, int rows, int cols) {
       for (int i = 0; i < 16; i++) _mm512_storeu_si512(dst + (int64_t)(c0 + i) * rows + r0, r[i]);
     }
 }
-// One output of pack: dst (heads, Tp * D) in `layout`, the values times `scale`.
+// One output of pack_head: dst (Tp * D) in `layout`, the values times `scale`.
 struct PackOut {
   uint16_t* dst;
   Layout layout;
   float scale;
 };
-// All heads: src (heads, T, D) -> each output. A tile's values (positions t0 .. t0 + 63) lie in [t0 D, (t0 + 64) D) of
-// its head in every layout, so the outputs are made a tile at a time: the tile's source rows come from memory once,
-// the other outputs read them from L1.
-void pack(const float* src, int heads, int T, int Tp, int D, std::initializer_list<PackOut> outs) {
-#pragma omp parallel
-  {
-    thread_local Buffer<uint16_t> tmp;  // one tile in the untransposed layout
-    if (tmp.size < (size_t)kTile * D) tmp.resize((size_t)kTile * D);
-#pragma omp for schedule(static)
-    for (int hd = 0; hd < heads; hd++)
-      for (int t0 = 0; t0 < Tp; t0 += kTile) {
-        const float* in = src + ((int64_t)hd * T + t0) * D;
-        const int rows = std::clamp(T - t0, 0, kTile);  // the rest of the tile is zero
-        for (const PackOut& o : outs) {
-          uint16_t* out = o.dst + (int64_t)hd * Tp * D + (int64_t)t0 * D;
-          switch (o.layout) {
-            case Layout::rows:
-              pack_rows(out, in, rows, kTile, D, o.scale);
-              break;
-            case Layout::pairs_of_t:
-              pack_pairs_of_t(out, in, rows, kTile, D, o.scale);
-              break;
-            case Layout::pairs_of_d:
-              pack_rows(tmp.data, in, rows, kTile, D, o.scale);
-              transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, kTile, D / 2);
-              break;
-            case Layout::cols:
-              pack_pairs_of_t(tmp.data, in, rows, kTile, D, o.scale);
-              transpose_words((uint32_t*)out, (const uint32_t*)tmp.data, kTile / 2, D);
-              break;
-          }
-        }
-      }
+// One tile of one head (positions t0 .. t0 + 63: `rows` of them from `in`, the rest zero) into `dst`, the tile's
+// place in its layout (t0 D values into the head). tmp: kTile * D values of scratch.
+void pack_tile(uint16_t* dst, Layout layout, const float* in, int rows, int D, float scale, uint16_t* tmp) {
+  switch (layout) {
+    case Layout::rows:
+      pack_rows(dst, in, rows, kTile, D, scale);
+      break;
+    case Layout::pairs_of_t:
+      pack_pairs_of_t(dst, in, rows, kTile, D, scale);
+      break;
+    case Layout::pairs_of_d:
+      pack_rows(tmp, in, rows, kTile, D, scale);
+      transpose_words((uint32_t*)dst, (const uint32_t*)tmp, kTile, D / 2);
+      break;
+    case Layout::cols:
+      pack_pairs_of_t(tmp, in, rows, kTile, D, scale);
+      transpose_words((uint32_t*)dst, (const uint32_t*)tmp, kTile / 2, D);
+      break;
   }
+}
+// One head: src (T, D) -> each output. A tile's values (positions t0 .. t0 + 63) lie in [t0 D, (t0 + 64) D) of the
+// head in every layout, so the outputs are made a tile at a time: the tile's source rows come from memory once, the
+// other outputs read them from L1.
+void pack_head(const float* src, int T, int Tp, int D, std::initializer_list<PackOut> outs, uint16_t* tmp) {
+  for (int t0 = 0; t0 < Tp; t0 += kTile)
+    for (const PackOut& o : outs)
+      pack_tile(o.dst + (int64_t)t0 * D, o.layout, src + (int64_t)t0 * D, std::clamp(T - t0, 0, kTile), D, o.scale,
+                tmp);
 }
 
 // dst rows i < nq (D values each) = column i of acc (D, 64) times scale[i] (1 without scale): O and dQ from the
@@ -322,11 +319,16 @@ struct Scratch {
   uint16_t* p16;                       // bf16 (32, 64, 2) P^T in pairs of rows (forward); (64, 64) P^T rows (backward)
   uint16_t* ds16;                      // bf16 (64, 64) dS^T rows
   uint16_t* dsp16;                     // bf16 (32, 64, 2) dS^T in pairs of rows
-  static size_t floats(int D) { return 2 * kTile * kTile + (size_t)D * kTile + 5 * kTile + 3 * kTile * kTile / 2; }
+  uint16_t* q_tile;                    // bf16 (D/2, 64, 2) the forward's query tile as B over d
+  uint16_t* tmp;                       // bf16 (64, D) pack_tile's scratch
+  static size_t floats(int D) {
+    return 2 * kTile * kTile + (size_t)D * kTile + 5 * kTile + 3 * kTile * kTile / 2 + (size_t)D * kTile;
+  }
   Scratch(float* base, int D) {
     s = base, dp = s + kTile * kTile, acc = dp + kTile * kTile;
     m = acc + (size_t)D * kTile, l = m + kTile, alpha = l + kTile, lse = alpha + kTile, delta = lse + kTile;
     p16 = (uint16_t*)(delta + kTile), ds16 = p16 + kTile * kTile, dsp16 = ds16 + kTile * kTile;
+    q_tile = dsp16 + kTile * kTile, tmp = q_tile + (size_t)D * kTile;
   }
 };
 // Grown once per calling thread, split among the OpenMP threads (16 KB apart, on page boundaries).
@@ -379,14 +381,15 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
   }
 }
 
-// Query tile qt of head h in batch b: out and lse rows.
-void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, const uint16_t* vT, const uint16_t* qB,
-                  int b, int h, int qt, Scratch& ts, Work& work) {
+// Query tile qt of head h in batch b: out and lse rows. Its queries (q, fp32) are rounded here, once: no other
+// task reads them.
+void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, const uint16_t* vT, const float* q, int b,
+                  int h, int qt, Scratch& ts, Work& work) {
   const int D = a.D, T = a.T, W = a.window[h], q0 = qt * kTile, nq = std::min(kTile, T - q0);
   const int64_t kv = (int64_t)b * a.Hkv + h / a.group, bh = (int64_t)b * a.H + h;
   const uint16_t* k_rows = kA + kv * a.head_size();
   const uint16_t* v_cols = vT + kv * a.head_size();
-  const uint16_t* q_pairs = qB + bh * a.head_size();
+  pack_tile(ts.q_tile, Layout::pairs_of_d, q + (bh * T + q0) * D, nq, D, 1.0f / std::sqrt((float)D), ts.tmp);
   for (int i = 0; i < kTile; i++) ts.m[i] = kNegBig, ts.l[i] = 0;
   int lo, hi;
   key_tiles(q0, W, lo, hi);
@@ -394,7 +397,7 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
     const int k0 = kt * kTile;
     const bool inner = interior(q0, k0, W);
     const TileBand band{q0, k0, W, inner};
-    const uint64_t qk = amx_scores(ts.s, k_rows + (int64_t)k0 * D, D, q_pairs + (int64_t)q0 * D, D, band);
+    const uint64_t qk = amx_scores(ts.s, k_rows + (int64_t)k0 * D, D, ts.q_tile, D, band);
     work.computed += qk / D, work.macs += qk;
     softmax_tile(ts, inner, q0, k0, W);
     for (int d = 0; d < D && kt > lo; d++)  // O^T = diag(alpha) O^T, per query (column); the first tile sets O^T
@@ -443,27 +446,63 @@ void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) 
   }
 }
 
-struct BackwardPacks {
-  const uint16_t *kA, *vA, *kT, *qB, *oB, *qP, *oP;
+// One key/value head's operands as the backward's products read them, and Delta of one query head: packed by the
+// task that uses them, into its thread's buffers (grown once), so that the products find them in this core's cache.
+struct HeadPacks {
+  Buffer<uint16_t> kA, vA, kT;  // the key/value head: K and V as A, K^T as A
+  Buffer<uint16_t> qB, oB;      // the query head: Q / sqrt(D) and dO as B over d
+  Buffer<uint16_t> qP, oP;      // Q and dO as B over t
+  Buffer<float> delta;          // (T) rowsum(dO * O), fp32
+  void grow(int64_t head_size, int T) {
+    for (Buffer<uint16_t>* b : {&kA, &vA, &kT, &qB, &oB, &qP, &oP})
+      if (b->size < (size_t)head_size) b->resize(head_size);
+    if (delta.size < (size_t)T) delta.resize(T);
+  }
+};
+HeadPacks& head_packs() {
+  thread_local HeadPacks p;
+  return p;
+}
+
+// The backward's inputs, fp32 as the model holds them.
+struct BackwardInputs {
+  const float *q, *k, *v, *dout, *out, *lse;
 };
 
 // Key/value head hk of batch b: dK, dV of its keys and dQ of its query heads.
 // dK, dV rows of kv head kv start at dk + kv * kv_stride (dv alike). A key tile's first pair (its diagonal one, of
 // the group's first head) sets its rows, a query tile's first pair its dQ^T: no zeroing.
-void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_stride, const float* lse,
-                   const float* delta, const BackwardPacks& pk, int b, int hk, Scratch& ts, float scale, Work& work) {
+void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_stride, const BackwardInputs& in, int b,
+                   int hk, Scratch& ts, float scale, Work& work) {
   const int D = a.D, T = a.T;
-  const int64_t kv = (int64_t)b * a.Hkv + hk, hs = a.head_size();
+  const int64_t kv = (int64_t)b * a.Hkv + hk;
   float* dk_rows = dk + kv * kv_stride;
   float* dv_rows = dv + kv * kv_stride;
+  HeadPacks& hp = head_packs();
+  hp.grow(a.head_size(), T);
+  pack_head(in.k + kv * T * D, T, a.Tp, D, {{hp.kA.data, Layout::rows, 1.0f}, {hp.kT.data, Layout::cols, 1.0f}},
+            ts.tmp);
+  pack_head(in.v + kv * T * D, T, a.Tp, D, {{hp.vA.data, Layout::rows, 1.0f}}, ts.tmp);
   for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
     const int64_t bh = (int64_t)b * a.H + h;
     const int W = a.window[h];
+    const float* dout = in.dout + bh * T * D;
+    pack_head(in.q + bh * T * D, T, a.Tp, D,
+              {{hp.qB.data, Layout::pairs_of_d, scale}, {hp.qP.data, Layout::pairs_of_t, 1.0f}}, ts.tmp);
+    pack_head(dout, T, a.Tp, D, {{hp.oB.data, Layout::pairs_of_d, 1.0f}, {hp.oP.data, Layout::pairs_of_t, 1.0f}},
+              ts.tmp);
+    const float* out = in.out + bh * T * D;
+    for (int t = 0; t < T; t++) {  // Delta = rowsum(dO * O) in fp32
+      __m512 acc = _mm512_setzero_ps();
+      for (int d = 0; d < D; d += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(dout + t * D + d), _mm512_loadu_ps(out + t * D + d), acc);
+      hp.delta.data[t] = _mm512_reduce_add_ps(acc);
+    }
     for (int qt = 0; qt < a.ntiles; qt++) {
       const int q0 = qt * kTile, nq = std::min(kTile, T - q0);
       for (int i = 0; i < kTile; i++) {
-        ts.lse[i] = i < nq ? lse[bh * T + q0 + i] : -kMasked;  // padding queries get P = 0
-        ts.delta[i] = i < nq ? delta[bh * T + q0 + i] : 0.0f;
+        ts.lse[i] = i < nq ? in.lse[bh * T + q0 + i] : -kMasked;  // padding queries get P = 0
+        ts.delta[i] = i < nq ? hp.delta.data[q0 + i] : 0.0f;
       }
       int lo, hi;
       key_tiles(q0, W, lo, hi);
@@ -472,19 +511,17 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
         const bool first_dkdv = h == hk * a.group && kt == qt, first_dq = kt == lo;
         const bool inner = interior(q0, k0, W);
         const TileBand band{q0, k0, W, inner};
-        const uint64_t qk =
-            amx_scores(ts.s, pk.kA + kv * hs + (int64_t)k0 * D, D, pk.qB + bh * hs + (int64_t)q0 * D, D, band);
+        const uint64_t qk = amx_scores(ts.s, hp.kA.data + (int64_t)k0 * D, D, hp.qB.data + (int64_t)q0 * D, D, band);
         work.computed += qk / D, work.macs += qk;
-        work.macs +=
-            amx_scores(ts.dp, pk.vA + kv * hs + (int64_t)k0 * D, D, pk.oB + bh * hs + (int64_t)q0 * D, D, band);
+        work.macs += amx_scores(ts.dp, hp.vA.data + (int64_t)k0 * D, D, hp.oB.data + (int64_t)q0 * D, D, band);
         gradient_tile(ts, inner, q0, k0, W, scale);
         // dV += P^T dO, dK += dS^T Q (keys as rows, summed over queries), dQ^T += K^T dS^T (summed over keys)
         const auto over_queries = [&](int i, int, int k) { return band.visible(k, i); };
-        work.macs += amx_sum(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile,
-                             pk.oP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
-        work.macs += amx_sum(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile,
-                             pk.qP + bh * hs + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
-        work.macs += amx_sum(!first_dq, ts.acc, kTile, pk.kT + kv * hs + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D,
+        work.macs += amx_sum(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, hp.oP.data + (int64_t)q0 * D,
+                             2 * D, kTile, D, over_queries);
+        work.macs += amx_sum(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, hp.qP.data + (int64_t)q0 * D,
+                             2 * D, kTile, D, over_queries);
+        work.macs += amx_sum(!first_dq, ts.acc, kTile, hp.kT.data + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D,
                              kTile, [&](int, int j, int k) { return band.visible(j, k); });
       }
       work.visited += hi - lo + 1;
@@ -532,8 +569,8 @@ uint64_t skipped_tiles(const Args& a) {
 }
 
 struct PackBuffers {
-  Buffer<uint16_t> kA, vA, kT, vT, qB, oB, qP, oP;
-  Buffer<float> dk, dv, delta;
+  Buffer<uint16_t> kA, vT;  // the forward's K and V^T as A, every key/value head
+  Buffer<float> dk, dv;     // the backward's dK, dV where T is not a multiple of the tile
 };
 PackBuffers& packs() {
   thread_local PackBuffers p;
@@ -564,17 +601,25 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
     return cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
   const Args a = make_args(window, B, H, Hkv, T, D);
   PackBuffers& pk = packs();
-  const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
-  grow(pk.kA, kv_size), grow(pk.vT, kv_size), grow(pk.qB, q_size);
-  pack(k, B * Hkv, T, a.Tp, D, {{pk.kA.data, Layout::rows, 1.0f}});
-  pack(v, B * Hkv, T, a.Tp, D, {{pk.vT.data, Layout::cols, 1.0f}});
-  pack(q, B * H, T, a.Tp, D, {{pk.qB.data, Layout::pairs_of_d, 1.0f / std::sqrt((float)D)}});
+  const size_t kv_size = (size_t)B * Hkv * a.head_size();
+  grow(pk.kA, kv_size), grow(pk.vT, kv_size);
+  const int nkv = B * Hkv;  // K and V of every key/value head (read by every query tile that sees them)
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < 2 * nkv; i++) {
+    const int64_t kv = i % nkv;
+    thread_local Buffer<uint16_t> tmp;
+    if (tmp.size < (size_t)kTile * D) tmp.resize((size_t)kTile * D);
+    if (i < nkv)
+      pack_head(k + kv * T * D, T, a.Tp, D, {{pk.kA.data + kv * a.head_size(), Layout::rows, 1.0f}}, tmp.data);
+    else
+      pack_head(v + kv * T * D, T, a.Tp, D, {{pk.vT.data + kv * a.head_size(), Layout::cols, 1.0f}}, tmp.data);
+  }
   const int64_t nbh = (int64_t)B * H;
   // latest query tiles first: they visit the most key tiles
   const Work w = run_tasks(nbh * a.ntiles, D, [&](int64_t t, Scratch& ts, Work& work) {
     const int64_t bh = t % nbh;
     const int qt = a.ntiles - 1 - (int)(t / nbh);
-    forward_task(a, out, lse, pk.kA.data, pk.vT.data, pk.qB.data, (int)(bh / H), (int)(bh % H), qt, ts, work);
+    forward_task(a, out, lse, pk.kA.data, pk.vT.data, q, (int)(bh / H), (int)(bh % H), qt, ts, work);
   });
   if (counters) {
     for (int h = 0; h < H; h++) counters->fwd_pairs += (uint64_t)B * attn_visible_pairs(T, window[h]);
@@ -592,32 +637,14 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
     return cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
   const Args a = make_args(window, B, H, Hkv, T, D);
   PackBuffers& pk = packs();
-  const size_t kv_size = (size_t)B * Hkv * a.head_size(), q_size = (size_t)B * H * a.head_size();
-  for (Buffer<uint16_t>* buf : {&pk.kA, &pk.vA, &pk.kT}) grow(*buf, kv_size);
-  for (Buffer<uint16_t>* buf : {&pk.qB, &pk.oB, &pk.qP, &pk.oP}) grow(*buf, q_size);
   const bool padded = a.Tp != T;  // dK, dV rows past T need a home
-  if (padded) grow(pk.dk, kv_size), grow(pk.dv, kv_size);
-  grow(pk.delta, (size_t)B * H * T);
+  if (padded) grow(pk.dk, (size_t)B * Hkv * a.head_size()), grow(pk.dv, (size_t)B * Hkv * a.head_size());
   const float scale = 1.0f / std::sqrt((float)D);
-  pack(k, B * Hkv, T, a.Tp, D, {{pk.kA.data, Layout::rows, 1.0f}, {pk.kT.data, Layout::cols, 1.0f}});
-  pack(v, B * Hkv, T, a.Tp, D, {{pk.vA.data, Layout::rows, 1.0f}});
-  pack(q, B * H, T, a.Tp, D, {{pk.qB.data, Layout::pairs_of_d, scale}, {pk.qP.data, Layout::pairs_of_t, 1.0f}});
-  pack(dout, B * H, T, a.Tp, D, {{pk.oB.data, Layout::pairs_of_d, 1.0f}, {pk.oP.data, Layout::pairs_of_t, 1.0f}});
-  // Delta = rowsum(dO * O) in fp32
-  const int64_t nrows = (int64_t)B * H * T;
-  float* delta = pk.delta.data;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < nrows; r++) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < D; d += 16)
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(dout + r * D + d), _mm512_loadu_ps(out + r * D + d), acc);
-    delta[r] = _mm512_reduce_add_ps(acc);
-  }
-  const BackwardPacks bp{pk.kA.data, pk.vA.data, pk.kT.data, pk.qB.data, pk.oB.data, pk.qP.data, pk.oP.data};
+  const BackwardInputs in{q, k, v, dout, out, lse};
   const int nkv = B * Hkv;
   const Work w = run_tasks(nkv, D, [&](int64_t t, Scratch& ts, Work& work) {
-    backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), lse, delta, bp,
-                  (int)t / Hkv, (int)t % Hkv, ts, scale, work);
+    backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), in, (int)t / Hkv,
+                  (int)t % Hkv, ts, scale, work);
   });
   // dK, dV: where T is not a multiple of the tile, the first T rows of each head's padded accumulators
   if (padded) {
