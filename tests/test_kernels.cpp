@@ -307,6 +307,49 @@ TEST(Kernels, ExpSoftmaxVariantSameBitsUpTo88) {
   EXPECT_GT(xs.size(), size_t(12) << 20);
 }
 
+// The short exp of the bf16 attention (vexp_short): against exp in double, within 2^-16 relative wherever it is not
+// 0 (every x in [-87, 0] it is given: all floats there, sampled), and exactly 0 below -87, at -inf and NaN; the
+// vector version gives the scalar's bits. The bound is 2^7 below bf16's rounding (2^-9), which P undergoes next.
+TEST(Kernels, ShortExpWithin2ToMinus16AndZeroWhereMasked) {
+  std::vector<float> xs = {-INFINITY, NAN,   -NAN, -1e30f,  -3.4e38f,           -88.0f,     -87.3f, -87.0f,
+                           -86.99f,   -0.0f, 0.0f, -1e-30f, -0.5f * 0.6931472f, -0.6931472f};
+  for (uint32_t b = 0x80000000u; b < 0xc2ae0000u; b += 97) {  // -0 down to -87 (0xc2ae0000), all exponents
+    float x;
+    std::memcpy(&x, &b, 4);
+    xs.push_back(x);
+  }
+  while (xs.size() % 16 != 0) xs.push_back(0.0f);
+  double worst = 0;
+  int64_t nonzero = 0;
+  for (float x : xs) {
+    const float got = cpu::vexp_short_scalar(x);
+    if (!(x >= cpu::kVexpZeroBelow)) {
+      EXPECT_EQ(got, 0.0f) << "x=" << x;
+      continue;
+    }
+    const double want = std::exp(double(x));
+    worst = std::max(worst, std::abs(got - want) / want);
+    nonzero++;
+  }
+  EXPECT_LT(worst, 0x1p-16);
+  EXPECT_GT(worst, 0x1p-22);  // the short polynomial, not a full-precision exp
+  EXPECT_GT(nonzero, int64_t(10) << 20);
+#ifdef AAH_AVX512
+  alignas(64) float out16[16];
+  int64_t differ = 0;
+  for (size_t i = 0; i < xs.size(); i += 16) {
+    _mm512_store_ps(out16, cpu::vexp_short_vec(_mm512_loadu_ps(xs.data() + i)));
+    for (int l = 0; l < 16; l++) {
+      const float ref = cpu::vexp_short_scalar(xs[i + l]);
+      if (std::memcmp(&out16[l], &ref, 4) != 0 && differ++ < 5) ADD_FAILURE() << "x=" << xs[i + l];
+    }
+  }
+  EXPECT_EQ(differ, 0);
+#endif
+  std::printf("short exp: worst relative error %.2e (2^%.1f) over %lld values\n", worst, std::log2(worst),
+              (long long)nonzero);
+}
+
 // Reductions split by channel, never by row: the same bits with 1 thread or 2.
 TEST(Kernels, BackwardIsThreadCountInvariant) {
   const int N = 333, C = 96;

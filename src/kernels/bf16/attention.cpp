@@ -18,6 +18,8 @@
 // Work follows the windows: the key tiles a query tile visits are the fp32 kernel's; inside a boundary tile the
 // products skip the 32 x 32 blocks that hold no visible pair (TileBand) and the passes run over the rows some query
 // of a column group sees, masking the rest (the products are cheap next to those passes on AMX).
+// The probabilities P take the short exp (cpu::vexp_short, within 2^-16 relative: P is rounded to bf16 next); the
+// running max's rescale factor keeps the full one (its error would compound over the key tiles).
 // Calls with diagnostics (the controller's update steps), head dims that are not a multiple of 32, and CPUs or
 // builds without AMX run the fp32 kernel.
 #include <sys/syscall.h>
@@ -368,9 +370,8 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
         _mm512_storeu_si512(pair_row, zero_pair);
         continue;
       }
-      const __m512 e0 = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), m_new));
-      const __m512 e1 =
-          cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + (j + 1) * kTile + c), m_new));
+      const __m512 e0 = cpu::vexp_short_vec(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), m_new));
+      const __m512 e1 = cpu::vexp_short_vec(_mm512_sub_ps(_mm512_loadu_ps(ts.s + (j + 1) * kTile + c), m_new));
       sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
       _mm512_storeu_si512(pair_row, round_pair(e0, e1));
     }
@@ -431,7 +432,7 @@ void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) 
     for (int j = 0; j < kTile; j++) {
       __m512 p = _mm512_setzero_ps(), ds = p;
       if (j >= rows.lo && j < rows.hi) {
-        p = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
+        p = cpu::vexp_short_vec(_mm512_sub_ps(_mm512_loadu_ps(ts.s + j * kTile + c), lse));
         ds = _mm512_mul_ps(_mm512_mul_ps(p, sc), _mm512_sub_ps(_mm512_loadu_ps(ts.dp + j * kTile + c), delta));
         if (!inner) {  // a skipped block's S^T and dP^T are stale (TileBand): both masked
           const __mmask16 vis = visible_lanes(q0, c, k0 + j, W);

@@ -87,6 +87,30 @@ inline typename V::T vexp_masked_le_vec(typename V::T x) {
 }
 #endif
 
+// vexp_short: exp(x) for x <= 0 within 2^-16 relative (about 5 times fewer correct bits than vexp), 0 below
+// kVexpZeroBelow and for -inf and NaN: for values rounded to bf16 (2^-9) before they are used, the bf16 attention
+// kernel's probabilities. x log2(e) = n + f, |f| <= 1/2; 2^f by a degree-4 polynomial (minimax in relative error
+// on [-1/2, 1/2]: 3e-6), 2^n exact; the rounding of x log2(e) adds up to 5e-6 at x = -87. Four multiply-adds
+// where vexp has eight. The scalar and vector versions compute the same arithmetic (the same bits).
+constexpr float kExpShortC[5] = {0.99999922514f, 0.69311976433f, 0.24024742842f, 0.05593143031f, 0.00957466196f};
+inline float vexp_short_scalar(float x) {
+  if (!(x >= kVexpZeroBelow)) return 0.0f;
+  const float t = x * 1.44269504088896341f, n = std::nearbyint(t), f = t - n;
+  float p = kExpShortC[4];
+  for (int i = 3; i >= 0; i--) p = std::fma(p, f, kExpShortC[i]);
+  return std::ldexp(p, int(n));
+}
+#ifdef AAH_AVX512
+inline __m512 vexp_short_vec(__m512 x) {
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = Vec16::round(t), f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(kExpShortC[4]);
+  for (int i = 3; i >= 0; i--) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExpShortC[i]));
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kVexpZeroBelow), _CMP_GE_OQ);
+  return _mm512_maskz_scalef_ps(kept, p, n);
+}
+#endif
+
 // out[i] = exp(x[i] - shift) (vexp, or vexp_masked when MASKED); returns the sum of the outputs, accumulated in a
 // fixed order: 8 partial sums (element i into sum i % 8) over the whole blocks of 8, added in order, then the tail.
 // The AVX2 path keeps the partial sums in a register and the portable path in an array: the same bits (one serial
