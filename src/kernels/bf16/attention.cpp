@@ -345,9 +345,11 @@ float* thread_scratch(int D, int nthreads, size_t& per_thread) {
 // Forward.
 
 // Online softmax with one key tile: s (64 keys, 64 queries) holds S^T; m, l, alpha updated per query; P~^T =
-// exp(S^T - m_new) (0 where masked) into p16 in pairs of rows.
-void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
+// exp(S^T - m_new) (0 where masked) into p16 in pairs of rows. Returns whether some query's max rose (else every
+// alpha is 1).
+bool softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
   const __m512i zero_pair = _mm512_setzero_si512();
+  bool rose = false;
   for (int c = 0; c < kTile; c += 16) {
     const Rows rows = visible_rows(inner, q0, c, k0, W);
     const __m512 masked = _mm512_set1_ps(kMasked);
@@ -375,11 +377,13 @@ void softmax_tile(Scratch& ts, bool inner, int q0, int k0, int W) {
       sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
       _mm512_storeu_si512(pair_row, round_pair(e0, e1));
     }
+    rose |= _mm512_cmp_ps_mask(m_new, m_old, _CMP_GT_OQ) != 0;
     const __m512 alpha = cpu::vexp_masked_le_vec<Vec16>(_mm512_sub_ps(m_old, m_new));
     _mm512_storeu_ps(ts.l + c, _mm512_fmadd_ps(alpha, _mm512_loadu_ps(ts.l + c), sum));
     _mm512_storeu_ps(ts.m + c, m_new);
     _mm512_storeu_ps(ts.alpha + c, alpha);
   }
+  return rose;
 }
 
 // Query tile qt of head h in batch b: out and lse rows. Its queries (q, fp32) are rounded here, once: no other
@@ -400,8 +404,9 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
     const TileBand band{q0, k0, W, inner};
     const uint64_t qk = amx_scores(ts.s, k_rows + (int64_t)k0 * D, D, ts.q_tile, D, band);
     work.computed += qk / D, work.macs += qk;
-    softmax_tile(ts, inner, q0, k0, W);
-    for (int d = 0; d < D && kt > lo; d++)  // O^T = diag(alpha) O^T, per query (column); the first tile sets O^T
+    const bool rose = softmax_tile(ts, inner, q0, k0, W);
+    // O^T = diag(alpha) O^T, per query (column), where some alpha is not 1; the first tile sets O^T
+    for (int d = 0; d < D && kt > lo && rose; d++)
       for (int c = 0; c < kTile; c += 16) {
         float* p = ts.acc + d * kTile + c;
         _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
@@ -410,9 +415,11 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
                          [&](int, int j, int k) { return band.visible(j, k); });
   }
   float* lse_row = lse + bh * T + q0;
-  for (int i = 0; i < kTile; i++) {
-    ts.alpha[i] = 1.0f / ts.l[i];  // alpha's last use was the last tile's rescale
-    if (i < nq) lse_row[i] = ts.m[i] + std::log(ts.l[i]);
+  for (int c = 0; c < kTile; c += 16) {
+    const __m512 l = _mm512_loadu_ps(ts.l + c);
+    _mm512_storeu_ps(ts.alpha + c, _mm512_div_ps(_mm512_set1_ps(1.0f), l));  // alpha's last use: the last rescale
+    const __mmask16 rows = nq - c >= 16 ? 0xffff : nq <= c ? 0 : (1u << (nq - c)) - 1;
+    _mm512_mask_storeu_ps(lse_row + c, rows, _mm512_add_ps(_mm512_loadu_ps(ts.m + c), cpu::vlog_vec(l)));
   }
   store_transposed(out + (bh * T + q0) * D, ts.acc, ts.alpha, nq, D);
   work.visited += hi - lo + 1;
