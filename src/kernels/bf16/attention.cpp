@@ -8,13 +8,13 @@
 // inputs are rounded once into the layouts the products read (pack_*, O(T D) per call):
 //   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A (per tile of 64 positions)
 //   qB, oB (D/2, T, 2) Q / sqrt(D) and dO as B over d (per tile)         qP, oP (T/2, D, 2) Q and dO as B over t
-// The forward rounds K and V of every head first (a key tile serves several query tiles), and each query tile its
-// own Q; the backward's task (one key/value head) rounds its head's K and V and its query heads' Q and dO itself,
-// into its thread's buffers, so that they are still in that core's cache when its products read them.
 // and per tile pair (64 keys x 64 queries):
 //   forward   S^T = kA qB, softmax pass -> P^T in pairs of rows, O^T (D, 64) = diag(alpha) O^T + vT P^T
 //   backward  S^T = kA qB, dP^T = vA oB, pass -> P^T and dS^T (rows) and dS^T (pairs of rows),
 //             dV += P^T oP, dK += dS^T qP, dQ^T += kT dS^T
+// The forward rounds K and V of every head first (a key tile serves several query tiles), and each query tile its
+// own Q; the backward's task (one key/value head) rounds its head's K and V and its query heads' Q and dO itself,
+// into its thread's buffers, so that they are still in that core's cache when its products read them.
 // Work follows the windows: the key tiles a query tile visits are the fp32 kernel's; inside a boundary tile the
 // products skip the 32 x 32 blocks that hold no visible pair (TileBand) and the passes run over the rows some query
 // of a column group sees, masking the rest (the products are cheap next to those passes on AMX).

@@ -1,4 +1,4 @@
-// The vectorized exp of every CPU kernel (softmax of logits, SiLU, attention, decoding). A Cephes-style polynomial
+// The vectorized exp (and one log) of every CPU kernel (softmax of logits, SiLU, attention, decoding). A Cephes-style polynomial
 // after the range reduction x = n ln2 + r, |r| <= ln2/2; relative error about 2 ulp over the clamped range
 // [-87.3, 88.7]. The scalar and AVX2 versions compute the same arithmetic, so tails of loops match their bodies.
 //   vexp          exp(x), x clamped to [-87.3, 88.7]
@@ -8,6 +8,9 @@
 //   vexp_masked_vec  vexp_masked on an 8- or 16-wide register, for width-generic loops
 //   vexp_masked_le_vec<V>  vexp_masked_vec for x <= 88 only (the same bits there): attention's softmax, whose
 //                 arguments are score - max <= 0. Fewer instructions (see there).
+//   vexp_short    exp(x) for x <= 0 within 2^-16 relative, 0 where masked: a shorter polynomial for values that are
+//                 rounded to bf16 next (the bf16 attention's probabilities); scalar and AVX-512, the same bits.
+//   vlog_vec      log(x), 16 at a time (AVX-512), within 2^-21 relative: the bf16 attention's log-sum-exp.
 #pragma once
 #include <cmath>
 #include <cstdint>
