@@ -12,6 +12,15 @@
 
 namespace aah {
 
+// `bytes` zeroed bytes, 64-byte aligned and rounded up to whole cache lines; out of memory is an error that names
+// `what` (Buffer's storage, and the CPU backends' Memory::alloc).
+inline void* aligned_zeroed(size_t bytes, const char* what) {
+  void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  if (!p) fail("[", what, "] out of memory allocating ", bytes >> 20, " MiB");
+  std::memset(p, 0, bytes);
+  return p;
+}
+
 // Owning 64-byte aligned, zeroed buffer (no copies).
 template <class T>
 struct Buffer {
@@ -32,10 +41,8 @@ struct Buffer {
   void resize(size_t n) {
     std::free(data);
     data = nullptr, size = 0;
-    data = static_cast<T*>(std::aligned_alloc(64, std::max<size_t>(64, (n * sizeof(T) + 63) / 64 * 64)));
-    if (!data) fail("[buffer] out of memory allocating ", n * sizeof(T) / (1 << 20), " MiB");
+    data = static_cast<T*>(aligned_zeroed(n * sizeof(T), "buffer"));
     size = n;
-    std::memset(data, 0, n * sizeof(T));
   }
   T& operator[](size_t i) { return data[i]; }
   const T& operator[](size_t i) const { return data[i]; }

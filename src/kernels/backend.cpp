@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/arena.h"
 #include "core/check.h"
 #include "kernels/bf16/bf16.h"
 #include "kernels/cpu/vexp.h"
@@ -13,12 +14,7 @@
 namespace aah {
 
 const Memory& host_memory() {
-  static const Memory m = {[](size_t bytes) -> void* {
-                             void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-                             if (!p) fail("[memory] out of memory allocating ", bytes >> 20, " MiB");
-                             std::memset(p, 0, bytes);
-                             return p;
-                           },
+  static const Memory m = {[](size_t bytes) { return aligned_zeroed(bytes, "memory"); },
                            [](void* p) { std::free(p); },
                            [](void* device, const void* host, size_t bytes) { std::memcpy(device, host, bytes); },
                            [](void* host, const void* device, size_t bytes) { std::memcpy(host, device, bytes); },
