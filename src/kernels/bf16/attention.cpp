@@ -454,6 +454,12 @@ void gradient_tile(Scratch& ts, bool inner, int q0, int k0, int W, float scale) 
   }
 }
 
+// Grows b to at least n values (its contents are then zero).
+template <class U>
+void grow(Buffer<U>& b, size_t n) {
+  if (b.size < n) b.resize(n);
+}
+
 // One key/value head's operands as the backward's products read them, and Delta of one query head: packed by the
 // task that uses them, into its thread's buffers (grown once), so that the products find them in this core's cache.
 struct HeadPacks {
@@ -461,10 +467,9 @@ struct HeadPacks {
   Buffer<uint16_t> qB, oB;      // the query head: Q / sqrt(D) and dO as B over d
   Buffer<uint16_t> qP, oP;      // Q and dO as B over t
   Buffer<float> delta;          // (T) rowsum(dO * O), fp32
-  void grow(int64_t head_size, int T) {
-    for (Buffer<uint16_t>* b : {&kA, &vA, &kT, &qB, &oB, &qP, &oP})
-      if (b->size < (size_t)head_size) b->resize(head_size);
-    if (delta.size < (size_t)T) delta.resize(T);
+  void grow_to(int64_t head_size, int T) {
+    for (Buffer<uint16_t>* b : {&kA, &vA, &kT, &qB, &oB, &qP, &oP}) grow(*b, head_size);
+    grow(delta, T);
   }
 };
 HeadPacks& head_packs() {
@@ -487,7 +492,7 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
   float* dk_rows = dk + kv * kv_stride;
   float* dv_rows = dv + kv * kv_stride;
   HeadPacks& hp = head_packs();
-  hp.grow(a.head_size(), T);
+  hp.grow_to(a.head_size(), T);
   pack_head(in.k + kv * T * D, T, a.Tp, D, {{hp.kA.data, Layout::rows, 1.0f}, {hp.kT.data, Layout::cols, 1.0f}},
             ts.tmp);
   pack_head(in.v + kv * T * D, T, a.Tp, D, {{hp.vA.data, Layout::rows, 1.0f}}, ts.tmp);
@@ -584,10 +589,6 @@ PackBuffers& packs() {
   thread_local PackBuffers p;
   return p;
 }
-template <class U>
-void grow(Buffer<U>& b, size_t n) {
-  if (b.size < n) b.resize(n);
-}
 
 // Whether a call runs here: AMX and its shapes (attn_amx), and a well-formed call. Anything else goes to the fp32
 // kernel, which also reports a malformed one (bad shape, a window below 1) with its own error.
@@ -616,7 +617,7 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   for (int i = 0; i < 2 * nkv; i++) {
     const int64_t kv = i % nkv;
     thread_local Buffer<uint16_t> tmp;
-    if (tmp.size < (size_t)kTile * D) tmp.resize((size_t)kTile * D);
+    grow(tmp, (size_t)kTile * D);
     if (i < nkv)
       pack_head(k + kv * T * D, T, a.Tp, D, {{pk.kA.data + kv * a.head_size(), Layout::rows, 1.0f}}, tmp.data);
     else

@@ -1,6 +1,7 @@
-// The vectorized exp (and one log) of every CPU kernel (softmax of logits, SiLU, attention, decoding). A Cephes-style polynomial
-// after the range reduction x = n ln2 + r, |r| <= ln2/2; relative error about 2 ulp over the clamped range
-// [-87.3, 88.7]. The scalar and AVX2 versions compute the same arithmetic, so tails of loops match their bodies.
+// The vectorized exp (and one log) of every CPU kernel (softmax of logits, SiLU, attention, decoding). vexp: a
+// Cephes-style polynomial after the range reduction x = n ln2 + r, |r| <= ln2/2; relative error about 2 ulp over the
+// clamped range [-87.3, 88.7]. The scalar and AVX2 versions compute the same arithmetic, so tails of loops match
+// their bodies.
 //   vexp          exp(x), x clamped to [-87.3, 88.7]
 //   vexp_masked   the same, but exactly 0 below kVexpZeroBelow (and for -inf and NaN): attention's masked scores
 //                 (-inf) give probabilities that are exactly 0. Above it the two are the same, bit for bit.
