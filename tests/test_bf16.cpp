@@ -11,8 +11,8 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "helpers.h"
-#include "kernels/backend.h"
 #include "infer/decoder.h"
+#include "kernels/backend.h"
 #include "kernels/bf16/bf16.h"
 #include "kernels/decode.h"
 #include "kernels/ops.h"
@@ -230,69 +230,76 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& want) 
 }
 
 TEST(Bf16, AttentionMatchesEmulatedReference) {
-  if (!bf16::attn_amx(64)) GTEST_SKIP() << "no AMX here: bf16 attention runs the fp32 kernel (next test)";
+  std::vector<bf16::AttnKernel> kernels;  // every bf16 kernel this CPU has (AMX: both)
+  for (bf16::AttnKernel k : {bf16::AttnKernel::amx, bf16::AttnKernel::dot})
+    if (bf16::attn_kernel_available(k)) kernels.push_back(k);
+  if (kernels.empty()) GTEST_SKIP() << "no AVX-512 BF16 here: bf16 attention runs the fp32 kernel (next test)";
   const AttnCase cases[] = {
       {2, 4, 2, 64, 64, {1, 5, 64, 1000}}, {1, 4, 4, 200, 32, {3, 64, 100, 200}}, {2, 2, 1, 300, 128, {70, 17}}};
   const double u = 0x1p-8;
-  for (const AttnCase& c : cases) {
-    SCOPED_TRACE("T=" + std::to_string(c.T) + " D=" + std::to_string(c.D));
-    const size_t nq = size_t(c.B) * c.H * c.T * c.D, nkv = size_t(c.B) * c.Hkv * c.T * c.D;
-    const std::vector<float> q = random_vector(nq, 1), k = random_vector(nkv, 2), v = random_vector(nkv, 3),
-                             dout = random_vector(nq, 4);
-    std::vector<float> out(nq), lse(size_t(c.B) * c.H * c.T), dq(nq), dk(nkv), dv(nkv);
-    AttnCounters cnt16, cnt32;
-    bf16::attn_local_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv,
-                             c.T, c.D, nullptr, &cnt16);
-    bf16::attn_local_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
-                              v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt16);
-    // the reference on the rounded operands; its q is rounded(q / sqrt(D)) * sqrt(D), the kernel's scaled q
-    const float scale = 1.0f / std::sqrt(float(c.D));
-    std::vector<double> qd(nq), kd = emulated(k), vd = emulated(v), gd = emulated(dout);
-    for (size_t i = 0; i < nq; i++) qd[i] = bf16::rounded(q[i] * scale) / double(scale);
-    std::vector<double> ro(nq), rl(lse.size()), rdq(nq), rdk(nkv), rdv(nkv);
-    ref::attn_local_forward<double>(ro.data(), rl.data(), qd.data(), kd.data(), vd.data(), c.window.data(), c.B, c.H,
-                                    c.Hkv, c.T, c.D, nullptr, nullptr);
-    // the backward from the kernel's own out and lse (dQ, dK scale q's rounding away: the kernel's dK takes q
-    // rounded unscaled, the reference's qd is within one more rounding of it)
-    const std::vector<double> od(out.begin(), out.end()), ld(lse.begin(), lse.end());
-    ref::attn_local_backward<double>(rdq.data(), rdk.data(), rdv.data(), gd.data(), od.data(), ld.data(), qd.data(),
-                                     kd.data(), vd.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, nullptr);
-    EXPECT_LT(rel_error(out, ro), u);
-    EXPECT_LT(rel_error(lse, rl), u / 64);
-    EXPECT_LT(rel_error(dq, rdq), 4 * u);
-    EXPECT_LT(rel_error(dk, rdk), 4 * u);
-    EXPECT_LT(rel_error(dv, rdv), 4 * u);
-    // bf16, not fp32: the fp32 kernel on the unrounded operands is further away than fp32 sums could be
-    std::vector<float> out32(nq), lse32(lse.size()), dq32(nq), dk32(nkv), dv32(nkv);
-    cpu::attn_local_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv,
-                            c.T, c.D, nullptr, &cnt32);
-    cpu::attn_local_backward(dq32.data(), dk32.data(), dv32.data(), dout.data(), out32.data(), lse32.data(), q.data(),
-                             k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt32);
-    EXPECT_GT(rel_error(out, out32), u / 64);
-    EXPECT_GT(rel_error(dk, dk32), u / 64);
-    // the same work skipped: the tiles the windows leave out are the fp32 kernel's
-    EXPECT_EQ(cnt16.fwd_tiles_visited, cnt32.fwd_tiles_visited);
-    EXPECT_EQ(cnt16.fwd_tiles_skipped, cnt32.fwd_tiles_skipped);
-    EXPECT_EQ(cnt16.fwd_pairs, cnt32.fwd_pairs);
-    EXPECT_EQ(cnt16.bwd_tiles_skipped, cnt32.bwd_tiles_skipped);
-    // and inside them, the 32 x 32 blocks that hold no visible pair: computed covers the visible pairs, at most the
-    // visited tiles
-    EXPECT_GE(cnt16.fwd_pairs_computed, cnt16.fwd_pairs);
-    EXPECT_LE(cnt16.fwd_pairs_computed, cnt16.fwd_tiles_visited * 64 * 64);
-    EXPECT_EQ(cnt16.bwd_pairs_computed, cnt16.fwd_pairs_computed);
-    std::printf("T=%d D=%d: out %.2e, dq %.2e, dk %.2e, dv %.2e relative (u = %.2e)\n", c.T, c.D, rel_error(out, ro),
-                rel_error(dq, rdq), rel_error(dk, rdk), rel_error(dv, rdv), u);
-  }
+  for (bf16::AttnKernel kernel : kernels)
+    for (const AttnCase& c : cases) {
+      SCOPED_TRACE(std::string(bf16::attn_kernel_name(kernel)) + " T=" + std::to_string(c.T) +
+                   " D=" + std::to_string(c.D));
+      const size_t nq = size_t(c.B) * c.H * c.T * c.D, nkv = size_t(c.B) * c.Hkv * c.T * c.D;
+      const std::vector<float> q = random_vector(nq, 1), k = random_vector(nkv, 2), v = random_vector(nkv, 3),
+                               dout = random_vector(nq, 4);
+      std::vector<float> out(nq), lse(size_t(c.B) * c.H * c.T), dq(nq), dk(nkv), dv(nkv);
+      AttnCounters cnt16, cnt32;
+      bf16::attn_local_forward_on(kernel, out.data(), lse.data(), q.data(), k.data(), v.data(), c.window.data(), c.B,
+                                  c.H, c.Hkv, c.T, c.D, nullptr, &cnt16);
+      bf16::attn_local_backward_on(kernel, dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                                   q.data(), k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt16);
+      // the reference on the rounded operands; its q is rounded(q / sqrt(D)) * sqrt(D), the kernel's scaled q
+      const float scale = 1.0f / std::sqrt(float(c.D));
+      std::vector<double> qd(nq), kd = emulated(k), vd = emulated(v), gd = emulated(dout);
+      for (size_t i = 0; i < nq; i++) qd[i] = bf16::rounded(q[i] * scale) / double(scale);
+      std::vector<double> ro(nq), rl(lse.size()), rdq(nq), rdk(nkv), rdv(nkv);
+      ref::attn_local_forward<double>(ro.data(), rl.data(), qd.data(), kd.data(), vd.data(), c.window.data(), c.B, c.H,
+                                      c.Hkv, c.T, c.D, nullptr, nullptr);
+      // the backward from the kernel's own out and lse (dQ, dK scale q's rounding away: the kernel's dK takes q
+      // rounded unscaled, the reference's qd is within one more rounding of it)
+      const std::vector<double> od(out.begin(), out.end()), ld(lse.begin(), lse.end());
+      ref::attn_local_backward<double>(rdq.data(), rdk.data(), rdv.data(), gd.data(), od.data(), ld.data(), qd.data(),
+                                       kd.data(), vd.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, nullptr);
+      EXPECT_LT(rel_error(out, ro), u);
+      EXPECT_LT(rel_error(lse, rl), u / 64);
+      EXPECT_LT(rel_error(dq, rdq), 4 * u);
+      EXPECT_LT(rel_error(dk, rdk), 4 * u);
+      EXPECT_LT(rel_error(dv, rdv), 4 * u);
+      // bf16, not fp32: the fp32 kernel on the unrounded operands is further away than fp32 sums could be
+      std::vector<float> out32(nq), lse32(lse.size()), dq32(nq), dk32(nkv), dv32(nkv);
+      cpu::attn_local_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), c.window.data(), c.B, c.H,
+                              c.Hkv, c.T, c.D, nullptr, &cnt32);
+      cpu::attn_local_backward(dq32.data(), dk32.data(), dv32.data(), dout.data(), out32.data(), lse32.data(), q.data(),
+                               k.data(), v.data(), c.window.data(), c.B, c.H, c.Hkv, c.T, c.D, &cnt32);
+      EXPECT_GT(rel_error(out, out32), u / 64);
+      EXPECT_GT(rel_error(dk, dk32), u / 64);
+      // the same work skipped: the tiles the windows leave out are the fp32 kernel's
+      EXPECT_EQ(cnt16.fwd_tiles_visited, cnt32.fwd_tiles_visited);
+      EXPECT_EQ(cnt16.fwd_tiles_skipped, cnt32.fwd_tiles_skipped);
+      EXPECT_EQ(cnt16.fwd_pairs, cnt32.fwd_pairs);
+      EXPECT_EQ(cnt16.bwd_tiles_skipped, cnt32.bwd_tiles_skipped);
+      // and inside them, the 32 x 32 blocks that hold no visible pair: computed covers the visible pairs, at most the
+      // visited tiles
+      EXPECT_GE(cnt16.fwd_pairs_computed, cnt16.fwd_pairs);
+      EXPECT_LE(cnt16.fwd_pairs_computed, cnt16.fwd_tiles_visited * 64 * 64);
+      EXPECT_EQ(cnt16.bwd_pairs_computed, cnt16.fwd_pairs_computed);
+      std::printf("%s T=%d D=%d: out %.2e, dq %.2e, dk %.2e, dv %.2e relative (u = %.2e)\n",
+                  bf16::attn_kernel_name(kernel), c.T, c.D, rel_error(out, ro), rel_error(dq, rdq), rel_error(dk, rdk),
+                  rel_error(dv, rdv), u);
+    }
 }
 
-// Where bf16 attention does not run on AMX it is the fp32 kernel, bit for bit: a head dim that is not a multiple of
-// 32, calls with diagnostics (the controller's update steps), and every call on a CPU or build without AMX.
+// Where bf16 attention does not run a bf16 kernel it is the fp32 kernel, bit for bit: a head dim that is not a
+// multiple of 32, calls with diagnostics (the controller's update steps), and every call on a CPU or build without
+// AVX-512 BF16.
 TEST(Bf16, AttentionFallsBackToTheFp32Kernel) {
   const int B = 1, H = 2, Hkv = 1, T = 70;
   const std::vector<int> window = {9, 70};
   for (int D : {48, 64})
     for (bool with_diag : {false, true}) {
-      if (D == 64 && !with_diag && bf16::attn_amx(D)) continue;  // runs on AMX: the test above
+      if (D == 64 && !with_diag && bf16::attn_kernel(D) != bf16::AttnKernel::fp32) continue;  // the test above
       const size_t nq = size_t(B) * H * T * D, nkv = size_t(B) * Hkv * T * D;
       const std::vector<float> q = random_vector(nq, 5), k = random_vector(nkv, 6), v = random_vector(nkv, 7),
                                dout = random_vector(nq, 8);
@@ -304,7 +311,7 @@ TEST(Bf16, AttentionFallsBackToTheFp32Kernel) {
                                with_diag ? &diag : nullptr, nullptr);
       cpu::attn_local_forward(out32.data(), lse32.data(), q.data(), k.data(), v.data(), window.data(), B, H, Hkv, T, D,
                               with_diag ? &diag32 : nullptr, nullptr);
-      EXPECT_FALSE(bf16::attn_amx(D, with_diag ? &diag : nullptr));
+      EXPECT_EQ(bf16::attn_kernel(D, with_diag ? &diag : nullptr), bf16::AttnKernel::fp32);
       EXPECT_EQ(0, std::memcmp(out.data(), out32.data(), nq * 4)) << "D=" << D;
       EXPECT_EQ(ent, ent32);
       if (with_diag) continue;  // the backward has no diagnostics

@@ -301,6 +301,7 @@ void attention_print_json(const std::vector<AttnBenchRow>& rows, bool ss) {
       j["pct_sgemm"] = nullptr;
       j["stats"].erase("pct_sgemm");
       j["isa"] = bf16::isa();
+      j["attention_kernel"] = bf16::attn_kernel_name(bf16::attn_kernel(r.D));
       j["bf16_gemm_gflops"] = r.bf16_gemm_gflops;
       j["pct_bf16_gemm"] = r.pct_bf16_gemm.median;
       j["fp32_ms"] = r.fp32_ms;
@@ -349,10 +350,10 @@ bool attention_print_table(const std::vector<AttnBenchRow>& rows, const BenchOpt
 // speedup over it per round, then per (T, D) the bf16 product's rate; true when a row is flagged.
 bool attention_print_bf16_table(const std::vector<AttnBenchRow>& rows) {
   std::printf(
-      "\nbf16 (backend local-bf16, tiled path; oneDNN %s), timed in the same rounds as fp32. time, t/p: "
-      "against bf16's full windows;\n%%bf16: share of oneDNN's bf16 product; vs fp32: fp32 time / bf16 time "
-      "per round (> 1: bf16 faster), median and spread\n",
-      bf16::isa().c_str());
+      "\nbf16 (backend local-bf16, tiled path; oneDNN %s; attention kernel %s where D is a multiple of 32, else "
+      "fp32), timed in the same rounds as fp32. time, t/p: against bf16's full windows;\n%%bf16: share of oneDNN's "
+      "bf16 product; vs fp32: fp32 time / bf16 time per round (> 1: bf16 faster), median and spread\n",
+      bf16::isa().c_str(), bf16::attn_kernel_name(bf16::attn_kernel(32)));
   std::printf("%5s %4s %-9s %-6s %-8s %10s %6s %7s %7s %6s %6s %8s %7s %9s %9s %6s\n", "T", "D", "windows", "path",
               "pass", "ms", "spread", "pairs", "time", "t/p", "mac/p", "GFLOP/s", "%bf16", "fp32 ms", "vs fp32",
               "spread");

@@ -431,7 +431,7 @@ int add_bf16_cases(std::vector<MeasureCase>& cases, MeasureOptions& mo, const Co
 struct Bf16Figures {
   SampleStats ms, attn_ms, tok_s, gflops, limit, share, speedup;
   std::string isa;             // the bf16 instructions oneDNN runs
-  bool attention_amx = false;  // the attention's tile products in bf16 on AMX (else the fp32 kernel)
+  bf16::AttnKernel attention = bf16::AttnKernel::fp32;  // the kernel the bf16 step's attention runs
   bool flagged() const { return ms.flagged || speedup.flagged || share.flagged; }
 };
 Bf16Figures bf16_figures(const TrainBenchRun& b, const std::vector<double>& attn_bf16, int i_bf16,
@@ -446,7 +446,7 @@ Bf16Figures bf16_figures(const TrainBenchRun& b, const std::vector<double>& attn
   f.share = scaled(ratio_stats(b.res, i_bf16 + 1, i_bf16), b.flops_per_token * b.tokens_per_step / bf16_gemm_flops);
   f.speedup = ratio_stats(b.res, 0, i_bf16);  // fp32 time / bf16 time, per round
   bf16::cpu_supported(&f.isa);
-  f.attention_amx = bf16::attn_amx(head_dim);
+  f.attention = bf16::attn_kernel(head_dim);
   return f;
 }
 
@@ -455,7 +455,7 @@ nlohmann::json bf16_row(const TrainBenchRun& b, const Bf16Figures& f) {
   nlohmann::json r = full_step_row(b, f.tok_s, f.ms, f.attn_ms, f.gflops);
   r["precision"] = "bf16";
   r["isa"] = f.isa;
-  r["attention_kernel"] = f.attention_amx ? "amx" : "fp32";
+  r["attention_kernel"] = bf16::attn_kernel_name(f.attention);
   r["bf16_gemm_gflops"] = f.limit.median;
   r["bf16_gemm_share"] = f.share.median;
   r["speedup_vs_fp32"] = f.speedup.median;
@@ -469,7 +469,10 @@ nlohmann::json bf16_row(const TrainBenchRun& b, const Bf16Figures& f) {
 // The bf16 step's lines of the text report.
 std::string bf16_text(const Bf16Figures& f) {
   return str_cat("  full windows, bf16 products (oneDNN, ", f.isa, "; attention ",
-                 f.attention_amx ? "on AMX tiles" : "in fp32", "): ", fmt(f.tok_s.median, 0), " tokens/s, ms/step ",
+                 f.attention == bf16::AttnKernel::amx   ? "on AMX tiles"
+                 : f.attention == bf16::AttnKernel::dot ? "with AVX-512 BF16 dot products"
+                                                        : "in fp32",
+                 "): ", fmt(f.tok_s.median, 0), " tokens/s, ms/step ",
                  stats_text(f.ms, 1), ", attention ", fmt(f.attn_ms.median, 1), " ms/step (",
                  fmt(100 * f.attn_ms.median / f.ms.median, 0), "% of the step)\n    step ", stats_text(f.speedup, 3),
                  "x fp32's (per round); ", fmt(f.gflops.median, 1), " model GFLOP/s = ", stats_text(f.share, 2),

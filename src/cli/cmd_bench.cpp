@@ -147,8 +147,8 @@ void add_bench_commands(CLI::App& app, int& rc) {
   static std::vector<std::string> attn_precisions = {"fp32"};
   at->add_option("--precision", attn_precisions,
                  "fp32 (always timed: the reference) and bf16: the tiled path again for every window set through the "
-                 "backend local-bf16 (its attention forward and backward: the bf16 kernel on AMX tiles where the CPU has "
-                 "AMX, else the fp32 kernel), with oneDNN's bf16 product as its "
+                 "backend local-bf16 (its attention forward and backward: the bf16 kernel, on AMX tiles where the CPU "
+                 "has AMX, else with AVX-512 BF16 dot products), with oneDNN's bf16 product as its "
                  "reference rate, interleaved with the fp32 cases; a second table gives each bf16 row beside its fp32 "
                  "time with the per-round speedup (fp32 time / bf16 time) and the share of the bf16 product, --json a "
                  "row per precision. The dense path stays fp32. Refused on a CPU without AVX-512 BF16 or AMX. E.g. "

@@ -748,9 +748,11 @@ int train_run(const TrainOptions& o) {
                  "weights, optimizer, norms, softmax and loss; %s\n",
                  bf16::isa().c_str(),
                  std::string(model.backend->name) != "local-bf16" ? "attention in fp32 (dense)"
-                 : bf16::attn_amx(mc.head_dim)
+                 : bf16::attn_kernel(mc.head_dim) == bf16::AttnKernel::amx
                      ? "attention's products in bf16 on AMX tiles (fp32 on control updates)"
-                     : "attention in fp32 (bf16 attention needs AMX and a head dim that is a multiple of 32)");
+                 : bf16::attn_kernel(mc.head_dim) == bf16::AttnKernel::dot
+                     ? "attention's products in bf16 with AVX-512 BF16 dot products (fp32 on control updates)"
+                     : "attention in fp32 (bf16 attention needs AVX-512 BF16 and a head dim that is a multiple of 32)");
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());

@@ -1,11 +1,14 @@
-// Causal attention with one window per head, its products in bf16 on AMX tiles (train.precision=bf16 on a CPU with
-// AMX): the same windows and tile visits as the fp32 kernel (kernels/cpu/attention.cpp), bf16 operands into the
-// tile products, fp32 accumulation, fp32 softmax, running max and sums, fp32 outputs and gradients.
+// Causal attention with one window per head, its products in bf16 (train.precision=bf16 on a CPU with AVX-512 BF16):
+// the same windows and tile visits as the fp32 kernel (kernels/cpu/attention.cpp), bf16 operands into the tile
+// products, fp32 accumulation, fp32 softmax, running max and sums, fp32 outputs and gradients. The tile products run
+// on AMX tiles where the CPU has them (amx_gemm), else with AVX-512 BF16 dot products (dot_gemm, e.g. AMD Zen 4 and
+// 5); everything else is the same code for both.
 //
 // The layout is the fp32 kernel's: a tile pair's scores are S^T, keys as rows and queries as columns, so that every
 // per-query quantity (running max, sum, lse, Delta) is one 16-float vector. An AMX product C (M, N) += A (M, K) B
-// (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other), so the
-// inputs are rounded once into the layouts the products read (pack_*, O(T D) per call):
+// (K, N) reads A row-major and B "in pairs of rows" (row k/2 holds B[k][n], B[k + 1][n] next to each other; the dot
+// products read the same, a pair per lane), so the inputs are rounded once into the layouts the products read
+// (pack_*, O(T D) per call):
 //   kA, vA (T, D)  K and V as A          kT, vT (D, T)  K^T and V^T as A (per tile of 64 positions)
 //   qB, oB (D/2, T, 2) Q / sqrt(D) and dO as B over d (per tile)         qP, oP (T/2, D, 2) Q and dO as B over t
 // and per tile pair (64 keys x 64 queries):
@@ -21,7 +24,7 @@
 // The probabilities P take the short exp (cpu::vexp_short, within 2^-16 relative: P is rounded to bf16 next); the
 // running max's rescale factor keeps the full one (its error would compound over the key tiles).
 // Calls with diagnostics (the controller's update steps), head dims that are not a multiple of 32, and CPUs or
-// builds without AMX run the fp32 kernel.
+// builds without AVX-512 BF16 run the fp32 kernel.
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,14 +41,24 @@
 #include "kernels/cpu/vexp.h"
 #include "kernels/ops.h"
 
-#if defined(AAH_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#define AAH_AMX 1
+// AAH_BF16_ATTN: the kernel is compiled in (AVX-512 BF16: its roundings and its dot products); AAH_AMX: its tile
+// products on AMX as well.
+#if defined(AAH_AVX512) && defined(__AVX512BF16__)
+#define AAH_BF16_ATTN 1
 #include <omp.h>
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define AAH_AMX 1
+#endif
 #endif
 
 namespace aah::bf16 {
+namespace {
+bool want_diagnostics(const AttnDiagnostics* diag) {
+  return diag && (diag->entropy || diag->out_norm || diag->usage);
+}
+}  // namespace
 
-#ifdef AAH_AMX
+#ifdef AAH_BF16_ATTN
 AAH_AVX512_WARNINGS_OFF
 namespace {
 
@@ -54,6 +67,20 @@ constexpr int kTile = 64;  // queries per query tile = keys per key tile (the fp
 // Masked scores; the running max starts above them (as in the fp32 kernel).
 constexpr float kMasked = -1e30f, kNegBig = -1e20f;
 
+// Which 32 x 32 blocks of a tile pair hold a visible (query, key) pair: queries q0 + qi .. q0 + qi + 31 against
+// keys k0 + ki .. k0 + ki + 31. Boundary tiles skip the blocks of their products that hold none (the passes mask
+// what such a block would have held, and P^T and dS^T are 0 there).
+struct TileBand {
+  int q0, k0, W;
+  bool inner;
+  bool visible(int qi, int ki) const {
+    if (inner) return true;
+    const int64_t dmax = (int64_t)q0 + qi + 31 - (k0 + ki), dmin = (int64_t)q0 + qi - (k0 + ki + 31);
+    return dmax >= 0 && dmin < W;
+  }
+};
+
+#ifdef AAH_AMX
 // Linux hands out AMX's tile registers only to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM for
 // XFEATURE_XTILEDATA); the answer is the run-time check that the CPU and kernel have AMX. This kernel also follows
 // oneDNN's choice of instructions, so that ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 turns AMX off for the products and
@@ -75,19 +102,6 @@ void tiles_configure() {
   for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   _tile_loadconfig(&cfg);
 }
-
-// Which 32 x 32 blocks of a tile pair hold a visible (query, key) pair: queries q0 + qi .. q0 + qi + 31 against
-// keys k0 + ki .. k0 + ki + 31. Boundary tiles skip the blocks of their products that hold none (the passes mask
-// what such a block would have held, and P^T and dS^T are 0 there).
-struct TileBand {
-  int q0, k0, W;
-  bool inner;
-  bool visible(int qi, int ki) const {
-    if (inner) return true;
-    const int64_t dmax = (int64_t)q0 + qi + 31 - (k0 + ki), dmin = (int64_t)q0 + qi - (k0 + ki + 31);
-    return dmax >= 0 && dmin < W;
-  }
-};
 
 // C (M, N) fp32 = [C +] A (M, K) B (K, N): A bf16 row-major, B bf16 in pairs of rows (row k/2 holds (B[k][n],
 // B[k + 1][n]) for each n), strides in elements. M, N multiples of 32, K of 32. Blocks of 32 x 32 of C in tiles 0-3,
@@ -135,18 +149,73 @@ uint64_t amx_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const u
     }
   return macs;
 }
+#endif
+
+// The same product with AVX-512 BF16 dot products (CPUs without AMX, e.g. AMD Zen 4 and 5): vdpbf16ps adds to each
+// of 16 fp32 lanes the products of one pair of bf16 values, so a row of B in pairs of rows (16 columns x 2 k) is one
+// operand as it lies and A's pair (A[i][k], A[i][k + 1]) a broadcast word. A 32 x 32 block of C is made 8 rows at a
+// time in 16 accumulators; the same arguments, skips and counts as amx_gemm.
+template <bool kAccumulate, class Need>
+uint64_t dot_gemm(float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp, int64_t ldb, int M, int N,
+                  int K, const Need& need, bool skip_empty) {
+  uint64_t macs = 0;
+  for (int i = 0; i < M; i += 32)
+    for (int j = 0; j < N; j += 32) {
+      int chunks = 0;
+      for (int k = 0; k < K; k += 32) chunks += need(i, j, k);
+      if (skip_empty && chunks == 0) continue;
+      macs += (uint64_t)chunks * 32 * 32 * 32;
+      for (int r0 = i; r0 < i + 32; r0 += 8) {
+        __m512 acc[8][2];
+        for (int r = 0; r < 8; r++)
+          for (int h = 0; h < 2; h++)
+            acc[r][h] = kAccumulate ? _mm512_loadu_ps(C + (r0 + r) * ldc + j + 16 * h) : _mm512_setzero_ps();
+        for (int k = 0; k < K; k += 32) {
+          if (!need(i, j, k)) continue;
+          for (int kk = k; kk < k + 32; kk += 2) {
+            const uint16_t* b = Bp + (kk / 2) * ldb + 2 * j;
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+            for (int r = 0; r < 8; r++) {
+              int32_t pair;
+              std::memcpy(&pair, A + (r0 + r) * lda + kk, 4);
+              const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+              acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+              acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+            }
+          }
+        }
+        for (int r = 0; r < 8; r++)
+          for (int h = 0; h < 2; h++) _mm512_storeu_ps(C + (r0 + r) * ldc + j + 16 * h, acc[r][h]);
+      }
+    }
+  return macs;
+}
+
+// Which instructions run the tile products of a call: AMX tiles or AVX-512 BF16 dot products.
+template <bool kAccumulate, class Need>
+uint64_t tile_gemm(bool amx, float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp, int64_t ldb,
+                   int M, int N, int K, const Need& need, bool skip_empty) {
+#ifdef AAH_AMX
+  if (amx) return amx_gemm<kAccumulate>(C, ldc, A, lda, Bp, ldb, M, N, K, need, skip_empty);
+#else
+  (void)amx;
+#endif
+  return dot_gemm<kAccumulate>(C, ldc, A, lda, Bp, ldb, M, N, K, need, skip_empty);
+}
 // The score products S^T, dP^T (keys as rows, queries as columns): blocks without a visible pair are skipped.
 // Every product returns the multiply-adds it executed.
-uint64_t amx_scores(float* C, const uint16_t* A, int64_t lda, const uint16_t* Bp, int D, const TileBand& band) {
-  return amx_gemm<false>(
-      C, kTile, A, lda, Bp, 2 * kTile, kTile, kTile, D, [&](int i, int j, int) { return band.visible(j, i); }, true);
+uint64_t scores_product(bool amx, float* C, const uint16_t* A, int64_t lda, const uint16_t* Bp, int D,
+                        const TileBand& band) {
+  return tile_gemm<false>(
+      amx, C, kTile, A, lda, Bp, 2 * kTile, kTile, kTile, D, [&](int i, int j, int) { return band.visible(j, i); },
+      true);
 }
 // The products that sum over the pair's keys or queries: C [+]= A B with `need` over the summed chunk.
 template <class Need>
-uint64_t amx_sum(bool accumulate, float* C, int64_t ldc, const uint16_t* A, int64_t lda, const uint16_t* Bp,
-                 int64_t ldb, int M, int N, const Need& need) {
-  if (accumulate) return amx_gemm<true>(C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
-  return amx_gemm<false>(C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
+uint64_t sum_product(bool amx, bool accumulate, float* C, int64_t ldc, const uint16_t* A, int64_t lda,
+                     const uint16_t* Bp, int64_t ldb, int M, int N, const Need& need) {
+  if (accumulate) return tile_gemm<true>(amx, C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
+  return tile_gemm<false>(amx, C, ldc, A, lda, Bp, ldb, M, N, kTile, need, false);
 }
 
 // Work counts of a thread (AttnCounters: score elements computed, tile pairs visited, multiply-adds).
@@ -300,6 +369,7 @@ inline Rows visible_rows(bool inner, int q0, int c, int k0, int W) {
 struct Args {
   int B, H, Hkv, T, Tp, D, group, ntiles;
   const int* window;
+  bool amx;                                              // the tile products on AMX (else AVX-512 BF16 dot products)
   int64_t head_size() const { return (int64_t)Tp * D; }  // packed values per head
 };
 
@@ -402,7 +472,7 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
     const int k0 = kt * kTile;
     const bool inner = interior(q0, k0, W);
     const TileBand band{q0, k0, W, inner};
-    const uint64_t qk = amx_scores(ts.s, k_rows + (int64_t)k0 * D, D, ts.q_tile, D, band);
+    const uint64_t qk = scores_product(a.amx, ts.s, k_rows + (int64_t)k0 * D, D, ts.q_tile, D, band);
     work.computed += qk / D, work.macs += qk;
     const bool rose = softmax_tile(ts, inner, q0, k0, W);
     // O^T = diag(alpha) O^T, per query (column), where some alpha is not 1; the first tile sets O^T
@@ -411,8 +481,8 @@ void forward_task(const Args& a, float* out, float* lse, const uint16_t* kA, con
         float* p = ts.acc + d * kTile + c;
         _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(ts.alpha + c)));
       }
-    work.macs += amx_sum(kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D, kTile,
-                         [&](int, int j, int k) { return band.visible(j, k); });
+    work.macs += sum_product(a.amx, kt > lo, ts.acc, kTile, v_cols + (int64_t)k0 * D, kTile, ts.p16, 2 * kTile, D,
+                             kTile, [&](int, int j, int k) { return band.visible(j, k); });
   }
   float* lse_row = lse + bh * T + q0;
   for (int c = 0; c < kTile; c += 16) {
@@ -524,18 +594,20 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
         const bool first_dkdv = h == hk * a.group && kt == qt, first_dq = kt == lo;
         const bool inner = interior(q0, k0, W);
         const TileBand band{q0, k0, W, inner};
-        const uint64_t qk = amx_scores(ts.s, hp.kA.data + (int64_t)k0 * D, D, hp.qB.data + (int64_t)q0 * D, D, band);
+        const uint64_t qk =
+            scores_product(a.amx, ts.s, hp.kA.data + (int64_t)k0 * D, D, hp.qB.data + (int64_t)q0 * D, D, band);
         work.computed += qk / D, work.macs += qk;
-        work.macs += amx_scores(ts.dp, hp.vA.data + (int64_t)k0 * D, D, hp.oB.data + (int64_t)q0 * D, D, band);
+        work.macs +=
+            scores_product(a.amx, ts.dp, hp.vA.data + (int64_t)k0 * D, D, hp.oB.data + (int64_t)q0 * D, D, band);
         gradient_tile(ts, inner, q0, k0, W, scale);
         // dV += P^T dO, dK += dS^T Q (keys as rows, summed over queries), dQ^T += K^T dS^T (summed over keys)
         const auto over_queries = [&](int i, int, int k) { return band.visible(k, i); };
-        work.macs += amx_sum(!first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile, hp.oP.data + (int64_t)q0 * D,
-                             2 * D, kTile, D, over_queries);
-        work.macs += amx_sum(!first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile, hp.qP.data + (int64_t)q0 * D,
-                             2 * D, kTile, D, over_queries);
-        work.macs += amx_sum(!first_dq, ts.acc, kTile, hp.kT.data + (int64_t)k0 * D, kTile, ts.dsp16, 2 * kTile, D,
-                             kTile, [&](int, int j, int k) { return band.visible(j, k); });
+        work.macs += sum_product(a.amx, !first_dkdv, dv_rows + (int64_t)k0 * D, D, ts.p16, kTile,
+                                 hp.oP.data + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
+        work.macs += sum_product(a.amx, !first_dkdv, dk_rows + (int64_t)k0 * D, D, ts.ds16, kTile,
+                                 hp.qP.data + (int64_t)q0 * D, 2 * D, kTile, D, over_queries);
+        work.macs += sum_product(a.amx, !first_dq, ts.acc, kTile, hp.kT.data + (int64_t)k0 * D, kTile, ts.dsp16,
+                                 2 * kTile, D, kTile, [&](int, int j, int k) { return band.visible(j, k); });
       }
       work.visited += hi - lo + 1;
       store_transposed(dq + (bh * T + q0) * D, ts.acc, nullptr, nq, D);
@@ -544,9 +616,9 @@ void backward_task(const Args& a, float* dq, float* dk, float* dv, int64_t kv_st
 }
 
 // Runs task(t, scratch, work) for t < n over the OpenMP threads (dynamic, one task at a time), each thread with its
-// tile registers configured and its own scratch; returns the work summed over the threads.
+// own scratch (and its tile registers configured, on AMX); returns the work summed over the threads.
 template <class Task>
-Work run_tasks(int64_t n, int D, const Task& task) {
+Work run_tasks(int64_t n, int D, bool amx, const Task& task) {
   const int nthreads = omp_get_max_threads();
   size_t per_thread;
   float* scratch = thread_scratch(D, nthreads, per_thread);
@@ -555,18 +627,22 @@ Work run_tasks(int64_t n, int D, const Task& task) {
   {
     Scratch ts(scratch + per_thread * omp_get_thread_num(), D);
     Work work;
-    tiles_configure();
+#ifdef AAH_AMX
+    if (amx) tiles_configure();
+#endif
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n; t++) task(t, ts, work);
-    _tile_release();
+#ifdef AAH_AMX
+    if (amx) _tile_release();
+#endif
     computed += work.computed, visited += work.visited, macs += work.macs;
   }
   return {computed, visited, macs};
 }
 
-Args make_args(const int* window, int B, int H, int Hkv, int T, int D) {
+Args make_args(const int* window, int B, int H, int Hkv, int T, int D, AttnKernel kernel) {
   const int ntiles = (T + kTile - 1) / kTile;
-  return {B, H, Hkv, T, ntiles * kTile, D, H / Hkv, ntiles, window};
+  return {B, H, Hkv, T, ntiles * kTile, D, H / Hkv, ntiles, window, kernel == AttnKernel::amx};
 }
 
 // Tiles of the causal triangle that the windows skip (AttnCounters, as the fp32 kernel counts them).
@@ -590,25 +666,41 @@ PackBuffers& packs() {
   return p;
 }
 
-// Whether a call runs here: AMX and its shapes (attn_amx), and a well-formed call. Anything else goes to the fp32
-// kernel, which also reports a malformed one (bad shape, a window below 1) with its own error.
-bool takes(int D, const AttnDiagnostics* diag, const int* window, int B, int H, int Hkv, int T) {
-  if (!attn_amx(D, diag) || B < 1 || T < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return false;
+// Whether a call runs on `kernel` here: the kernel is available, its shapes (head dim a multiple of 32, no
+// diagnostics), and a well-formed call. Anything else goes to the fp32 kernel, which also reports a malformed one
+// (bad shape, a window below 1) with its own error.
+bool takes(AttnKernel kernel, int D, const AttnDiagnostics* diag, const int* window, int B, int H, int Hkv, int T) {
+  if (kernel == AttnKernel::fp32 || !attn_kernel_available(kernel) || D % 32 != 0 || want_diagnostics(diag))
+    return false;
+  if (B < 1 || T < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return false;
   return std::all_of(window, window + H, [](int w) { return w >= 1; });
 }
 
 }  // namespace
 
-bool attn_amx(int D, const AttnDiagnostics* diag) {
-  const bool want_diag = diag && (diag->entropy || diag->out_norm || diag->usage);
-  return !want_diag && D % 32 == 0 && amx_permitted();
+bool attn_kernel_available(AttnKernel kernel) {
+  static const std::string found = isa();
+  switch (kernel) {
+    case AttnKernel::fp32:
+      return true;
+    case AttnKernel::dot:  // AVX-512 BF16, in this build and in oneDNN's view of the CPU
+      return found == "avx512_core_bf16" || found == "avx512_core_amx";
+    case AttnKernel::amx:
+#ifdef AAH_AMX
+      return amx_permitted();
+#else
+      return false;
+#endif
+  }
+  return false;
 }
 
-void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
-                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
-  if (!takes(D, diag, window, B, H, Hkv, T))
+void attn_local_forward_on(AttnKernel kernel, float* out, float* lse, const float* q, const float* k, const float* v,
+                           const int* window, int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag,
+                           AttnCounters* counters) {
+  if (!takes(kernel, D, diag, window, B, H, Hkv, T))
     return cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
-  const Args a = make_args(window, B, H, Hkv, T, D);
+  const Args a = make_args(window, B, H, Hkv, T, D, kernel);
   PackBuffers& pk = packs();
   const size_t kv_size = (size_t)B * Hkv * a.head_size();
   grow(pk.kA, kv_size), grow(pk.vT, kv_size);
@@ -625,7 +717,7 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   }
   const int64_t nbh = (int64_t)B * H;
   // latest query tiles first: they visit the most key tiles
-  const Work w = run_tasks(nbh * a.ntiles, D, [&](int64_t t, Scratch& ts, Work& work) {
+  const Work w = run_tasks(nbh * a.ntiles, D, a.amx, [&](int64_t t, Scratch& ts, Work& work) {
     const int64_t bh = t % nbh;
     const int qt = a.ntiles - 1 - (int)(t / nbh);
     forward_task(a, out, lse, pk.kA.data, pk.vT.data, q, (int)(bh / H), (int)(bh % H), qt, ts, work);
@@ -639,19 +731,19 @@ void attn_local_forward(float* out, float* lse, const float* q, const float* k, 
   }
 }
 
-void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
-                         int T, int D, AttnCounters* counters) {
-  if (!takes(D, nullptr, window, B, H, Hkv, T))
+void attn_local_backward_on(AttnKernel kernel, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                            const float* lse, const float* q, const float* k, const float* v, const int* window, int B,
+                            int H, int Hkv, int T, int D, AttnCounters* counters) {
+  if (!takes(kernel, D, nullptr, window, B, H, Hkv, T))
     return cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
-  const Args a = make_args(window, B, H, Hkv, T, D);
+  const Args a = make_args(window, B, H, Hkv, T, D, kernel);
   PackBuffers& pk = packs();
   const bool padded = a.Tp != T;  // dK, dV rows past T need a home
   if (padded) grow(pk.dk, (size_t)B * Hkv * a.head_size()), grow(pk.dv, (size_t)B * Hkv * a.head_size());
   const float scale = 1.0f / std::sqrt((float)D);
   const BackwardInputs in{q, k, v, dout, out, lse};
   const int nkv = B * Hkv;
-  const Work w = run_tasks(nkv, D, [&](int64_t t, Scratch& ts, Work& work) {
+  const Work w = run_tasks(nkv, D, a.amx, [&](int64_t t, Scratch& ts, Work& work) {
     backward_task(a, dq, padded ? pk.dk.data : dk, padded ? pk.dv.data : dv, a.head_size(), in, (int)t / Hkv,
                   (int)t % Hkv, ts, scale, work);
   });
@@ -674,21 +766,49 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
 
 AAH_AVX512_WARNINGS_ON
 
-#else  // no AMX in this build: the fp32 kernel
+#else  // no AVX-512 BF16 in this build: the fp32 kernel
 
-bool attn_amx(int, const AttnDiagnostics*) {
-  return false;
+bool attn_kernel_available(AttnKernel kernel) {
+  return kernel == AttnKernel::fp32;
 }
-void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
-                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
+void attn_local_forward_on(AttnKernel, float* out, float* lse, const float* q, const float* k, const float* v,
+                           const int* window, int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag,
+                           AttnCounters* counters) {
   cpu::attn_local_forward(out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
 }
-void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
-                         int T, int D, AttnCounters* counters) {
+void attn_local_backward_on(AttnKernel, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                            const float* lse, const float* q, const float* k, const float* v, const int* window, int B,
+                            int H, int Hkv, int T, int D, AttnCounters* counters) {
   cpu::attn_local_backward(dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
 }
 
 #endif
+
+AttnKernel attn_kernel(int D, const AttnDiagnostics* diag) {
+  if (want_diagnostics(diag) || D % 32 != 0) return AttnKernel::fp32;
+  for (AttnKernel k : {AttnKernel::amx, AttnKernel::dot})
+    if (attn_kernel_available(k)) return k;
+  return AttnKernel::fp32;
+}
+const char* attn_kernel_name(AttnKernel kernel) {
+  switch (kernel) {
+    case AttnKernel::amx:
+      return "amx";
+    case AttnKernel::dot:
+      return "avx512_bf16";
+    case AttnKernel::fp32:
+      break;
+  }
+  return "fp32";
+}
+void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
+                        int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {
+  attn_local_forward_on(attn_kernel(D, diag), out, lse, q, k, v, window, B, H, Hkv, T, D, diag, counters);
+}
+void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                         const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
+                         int T, int D, AttnCounters* counters) {
+  attn_local_backward_on(attn_kernel(D), dq, dk, dv, dout, out, lse, q, k, v, window, B, H, Hkv, T, D, counters);
+}
 
 }  // namespace aah::bf16

@@ -70,16 +70,31 @@ void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);
 // c (M, N) = a (M, K) b^T, b stored (N, K), both already bf16: oneDNN's product alone, the benches' reference rate.
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K);
 
-// Causal attention with one window per head, its tile products in bf16 on AMX (kernels/bf16/attention.cpp): the
-// signatures and conventions of cpu::attn_local_forward / attn_local_backward (kernels/ops.h). Where attn_amx says
-// no, they run the fp32 kernel.
+// Causal attention with one window per head, its tile products in bf16 (kernels/bf16/attention.cpp): the signatures
+// and conventions of cpu::attn_local_forward / attn_local_backward (kernels/ops.h), on the kernel attn_kernel picks.
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
                         int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters);
 void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                          const float* q, const float* k, const float* v, const int* window, int B, int H, int Hkv,
                          int T, int D, AttnCounters* counters);
-// Whether bf16 attention runs on AMX: the build and the CPU have AMX (and the OS grants its tiles), the head dim is
-// a multiple of 32, and no diagnostics are asked for (the controller's update steps run the fp32 kernel).
-bool attn_amx(int D, const AttnDiagnostics* diag = nullptr);
+// The kernels bf16 attention can run: its tile products on AMX tiles, with AVX-512 BF16 dot products (vdpbf16ps: a
+// CPU without AMX such as AMD Zen 4 and 5, or oneDNN held to AVX-512 BF16), or the fp32 kernel. The bf16 ones
+// follow oneDNN's choice of instructions (ONEDNN_MAX_CPU_ISA), so that the products and the attention agree.
+enum class AttnKernel { fp32, dot, amx };
+const char* attn_kernel_name(AttnKernel kernel);  // "fp32", "avx512_bf16", "amx"
+// Whether this build and CPU can run `kernel` (fp32: always).
+bool attn_kernel_available(AttnKernel kernel);
+// The kernel attn_local_forward / backward run for head dim D: AMX where available, else the dot products, else
+// fp32; fp32 for head dims that are not a multiple of 32 and calls that ask for diagnostics (the controller's
+// update steps).
+AttnKernel attn_kernel(int D, const AttnDiagnostics* diag = nullptr);
+// The same calls on a named kernel (the tests run each one the CPU has): the fp32 kernel where that one is not
+// available or does not take the call (attn_kernel's rules).
+void attn_local_forward_on(AttnKernel kernel, float* out, float* lse, const float* q, const float* k, const float* v,
+                           const int* window, int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag,
+                           AttnCounters* counters);
+void attn_local_backward_on(AttnKernel kernel, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                            const float* lse, const float* q, const float* k, const float* v, const int* window, int B,
+                            int H, int Hkv, int T, int D, AttnCounters* counters);
 
 }  // namespace aah::bf16
