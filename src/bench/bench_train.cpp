@@ -469,10 +469,7 @@ nlohmann::json bf16_row(const TrainBenchRun& b, const Bf16Figures& f) {
 // The bf16 step's lines of the text report.
 std::string bf16_text(const Bf16Figures& f) {
   return str_cat("  full windows, bf16 products (oneDNN, ", f.isa, "; attention ",
-                 f.attention == bf16::AttnKernel::amx   ? "on AMX tiles"
-                 : f.attention == bf16::AttnKernel::dot ? "with AVX-512 BF16 dot products"
-                                                        : "in fp32",
-                 "): ", fmt(f.tok_s.median, 0), " tokens/s, ms/step ",
+                 bf16::attn_kernel_how(f.attention), "): ", fmt(f.tok_s.median, 0), " tokens/s, ms/step ",
                  stats_text(f.ms, 1), ", attention ", fmt(f.attn_ms.median, 1), " ms/step (",
                  fmt(100 * f.attn_ms.median / f.ms.median, 0), "% of the step)\n    step ", stats_text(f.speedup, 3),
                  "x fp32's (per round); ", fmt(f.gflops.median, 1), " model GFLOP/s = ", stats_text(f.share, 2),

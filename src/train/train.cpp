@@ -742,17 +742,18 @@ int train_run(const TrainOptions& o) {
   if (!quiet)
     std::fprintf(stderr, "[train] %.2fM parameters, %d layers, batch %d x %d x %d accum, %d steps, %d threads\n",
                  model.num_params() / 1e6, mc.num_hidden_layers, B, T, tc.grad_accum, tc.steps, num_threads());
-  if (!quiet && model.backend->bf16)
+  if (!quiet && model.backend->bf16) {
+    const bf16::AttnKernel kernel = bf16::attn_kernel(mc.head_dim);
+    const std::string attention =
+        std::string(model.backend->name) != "local-bf16" ? "attention in fp32 (dense)"
+        : kernel != bf16::AttnKernel::fp32
+            ? str_cat("attention's products in bf16 ", bf16::attn_kernel_how(kernel), " (fp32 on control updates)")
+            : "attention in fp32 (bf16 attention needs AVX-512 BF16 and a head dim that is a multiple of 32)";
     std::fprintf(stderr,
                  "[train] train.precision=bf16: matrix products in bf16 on oneDNN (%s), fp32 accumulation, "
                  "weights, optimizer, norms, softmax and loss; %s\n",
-                 bf16::isa().c_str(),
-                 std::string(model.backend->name) != "local-bf16" ? "attention in fp32 (dense)"
-                 : bf16::attn_kernel(mc.head_dim) == bf16::AttnKernel::amx
-                     ? "attention's products in bf16 on AMX tiles (fp32 on control updates)"
-                 : bf16::attn_kernel(mc.head_dim) == bf16::AttnKernel::dot
-                     ? "attention's products in bf16 with AVX-512 BF16 dot products (fp32 on control updates)"
-                     : "attention in fp32 (bf16 attention needs AVX-512 BF16 and a head dim that is a multiple of 32)");
+                 bf16::isa().c_str(), attention.c_str());
+  }
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,
                  comm.backend().c_str(), Bl, o.allreduce.c_str());

@@ -53,8 +53,9 @@
 
 namespace aah::bf16 {
 namespace {
-bool want_diagnostics(const AttnDiagnostics* diag) {
-  return diag && (diag->entropy || diag->out_norm || diag->usage);
+// The calls a bf16 kernel takes: a head dim that is a multiple of 32 and no diagnostics asked for.
+bool bf16_shape(int D, const AttnDiagnostics* diag) {
+  return D % 32 == 0 && !(diag && (diag->entropy || diag->out_norm || diag->usage));
 }
 }  // namespace
 
@@ -670,8 +671,7 @@ PackBuffers& packs() {
 // diagnostics), and a well-formed call. Anything else goes to the fp32 kernel, which also reports a malformed one
 // (bad shape, a window below 1) with its own error.
 bool takes(AttnKernel kernel, int D, const AttnDiagnostics* diag, const int* window, int B, int H, int Hkv, int T) {
-  if (kernel == AttnKernel::fp32 || !attn_kernel_available(kernel) || D % 32 != 0 || want_diagnostics(diag))
-    return false;
+  if (kernel == AttnKernel::fp32 || !attn_kernel_available(kernel) || !bf16_shape(D, diag)) return false;
   if (B < 1 || T < 1 || H < 1 || Hkv < 1 || H % Hkv != 0) return false;
   return std::all_of(window, window + H, [](int w) { return w >= 1; });
 }
@@ -785,7 +785,7 @@ void attn_local_backward_on(AttnKernel, float* dq, float* dk, float* dv, const f
 #endif
 
 AttnKernel attn_kernel(int D, const AttnDiagnostics* diag) {
-  if (want_diagnostics(diag) || D % 32 != 0) return AttnKernel::fp32;
+  if (!bf16_shape(D, diag)) return AttnKernel::fp32;
   for (AttnKernel k : {AttnKernel::amx, AttnKernel::dot})
     if (attn_kernel_available(k)) return k;
   return AttnKernel::fp32;
@@ -800,6 +800,17 @@ const char* attn_kernel_name(AttnKernel kernel) {
       break;
   }
   return "fp32";
+}
+const char* attn_kernel_how(AttnKernel kernel) {
+  switch (kernel) {
+    case AttnKernel::amx:
+      return "on AMX tiles";
+    case AttnKernel::dot:
+      return "with AVX-512 BF16 dot products";
+    case AttnKernel::fp32:
+      break;
+  }
+  return "in fp32";
 }
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,
                         int B, int H, int Hkv, int T, int D, AttnDiagnostics* diag, AttnCounters* counters) {

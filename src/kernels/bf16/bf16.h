@@ -82,6 +82,7 @@ void attn_local_backward(float* dq, float* dk, float* dv, const float* dout, con
 // follow oneDNN's choice of instructions (ONEDNN_MAX_CPU_ISA), so that the products and the attention agree.
 enum class AttnKernel { fp32, dot, amx };
 const char* attn_kernel_name(AttnKernel kernel);  // "fp32", "avx512_bf16", "amx"
+const char* attn_kernel_how(AttnKernel kernel);   // "in fp32", "with AVX-512 BF16 dot products", "on AMX tiles"
 // Whether this build and CPU can run `kernel` (fp32: always).
 bool attn_kernel_available(AttnKernel kernel);
 // The kernel attn_local_forward / backward run for head dim D: AMX where available, else the dot products, else
