@@ -457,6 +457,24 @@ TEST(Bf16, RefusedWhereTheCpuHasNoBf16) {
   EXPECT_STREQ(backend_for("local", "fp32").name, "local");  // fp32 is untouched
 }
 
+// The warning of a CPU whose bf16 product is slower than its sgemm, on the figures of an Intel Xeon (family 6 model
+// 207) whose AMX is hidden: 166 against 294 GFLOP/s, 0.57x; none where bf16 is as fast or faster (Zen 5: 624 vs 283).
+TEST(Bf16, WarnsWhereTheBf16ProductIsTheSlowerOne) {
+  const std::string slow = bf16::slow_product_warning({166.4, 293.8});
+  EXPECT_NE(slow.find("ran at 166 GFLOP/s against the fp32 sgemm's 294 (0.57x"), std::string::npos) << slow;
+  EXPECT_NE(slow.find("train.precision=fp32"), std::string::npos) << slow;
+  EXPECT_EQ(bf16::slow_product_warning({624.0, 283.0}), "");
+  EXPECT_EQ(bf16::slow_product_warning({300.0, 300.0}), "");
+  if (!bf16::cpu_supported()) return;
+  // The measured rates: a 2048 x 1024 x 256 product in well under a second and well over a GFLOP/s (a broken timer or
+  // a product that did nothing would land outside).
+  const bf16::ProductRates rates = bf16::product_rates();
+  EXPECT_GT(rates.bf16_gflops, 1.0);
+  EXPECT_GT(rates.fp32_gflops, 1.0);
+  EXPECT_LT(rates.bf16_gflops, 1e5);
+  EXPECT_LT(rates.fp32_gflops, 1e5);
+}
+
 // What bf16 adds to a model's bytes, worked by hand for the small model (C 64, F 96, L 2, H 4 x 16, Hkv 2, V 50):
 // the weights' bf16 copy, per layer qkv 128 x 64 + o 64 x 64 + gate_up 192 x 64 + down 64 x 96 = 30,720 values, x 2
 // layers, + the LM head 50 x 64 = 64,640 values; in training also the LM head's gradient (512 rows x 50) and

@@ -753,6 +753,8 @@ int train_run(const TrainOptions& o) {
                  "[train] train.precision=bf16: matrix products in bf16 on oneDNN (%s), fp32 accumulation, "
                  "weights, optimizer, norms, softmax and loss; %s\n",
                  bf16::isa().c_str(), attention.c_str());
+    if (const std::string warning = bf16::slow_product_warning(bf16::product_rates()); !warning.empty())
+      std::fprintf(stderr, "[train] warning: %s\n", warning.c_str());
   }
   if (!quiet && ranks > 1)
     std::fprintf(stderr, "[train] data-parallel over %d processes (%s): %d sequences each, %s all-reduce\n", ranks,

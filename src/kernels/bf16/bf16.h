@@ -70,6 +70,17 @@ void matvec(float* out, const float* x, const uint16_t* w, int rows, int len);
 // c (M, N) = a (M, K) b^T, b stored (N, K), both already bf16: oneDNN's product alone, the benches' reference rate.
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K);
 
+// oneDNN's bf16 product (gemm_nt) and the fp32 sgemm (OpenBLAS) on one shape of the training step (2048 x 1024 x 256),
+// timed in this process, interleaved, best of 5 each after a warm-up (about 0.05 s): what train.precision=bf16 checks
+// before it trains. A CPU can have bf16 instructions that run slower than its fp32 ones: on an Intel Xeon whose AMX
+// is hidden, vdpbf16ps retires half the flops of the FMAs, and bf16 trains at about 0.66x fp32's rate.
+struct ProductRates {
+  double bf16_gflops, fp32_gflops;
+};
+ProductRates product_rates();
+// The warning a run in bf16 prints when the bf16 product is the slower one (rates.bf16 < rates.fp32), else "".
+std::string slow_product_warning(const ProductRates& rates);
+
 // Causal attention with one window per head, its tile products in bf16 (kernels/bf16/attention.cpp): the signatures
 // and conventions of cpu::attn_local_forward / attn_local_backward (kernels/ops.h), on the kernel attn_kernel picks.
 void attn_local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int* window,

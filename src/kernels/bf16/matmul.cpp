@@ -1,6 +1,12 @@
 // bf16 matrix products on oneDNN (see bf16.h). Each call rounds its fp32 operands to bf16 into scratch buffers,
 // then runs one oneDNN matmul (fp32 result) whose primitive is created once per shape and layout and reused.
 
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -140,6 +146,39 @@ void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp
 
 void gemm_nt(float* c, const uint16_t* a, const uint16_t* b, int M, int N, int K) {
   run({M, N, K, Dims{K, 1}, Dims{1, K}, false}, a, b, c);
+}
+
+ProductRates product_rates() {
+  const int M = 2048, N = 1024, K = 256;
+  const std::vector<uint16_t> a16(size_t(M) * K, round(0.5f)), b16(size_t(N) * K, round(0.25f));
+  const std::vector<float> a(size_t(M) * K, 0.5f), b(size_t(N) * K, 0.25f);
+  std::vector<float> c(size_t(M) * N);
+  using Clock = std::chrono::steady_clock;
+  double best16 = std::numeric_limits<double>::infinity(), best32 = best16;
+  for (int r = 0; r <= 5; r++) {  // r = 0 warms up: the primitive, the pages, the threads
+    const auto t0 = Clock::now();
+    gemm_nt(c.data(), a16.data(), b16.data(), M, N, K);
+    const auto t1 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+    const auto t2 = Clock::now();
+    if (r == 0) continue;
+    best16 = std::min(best16, std::chrono::duration<double>(t1 - t0).count());
+    best32 = std::min(best32, std::chrono::duration<double>(t2 - t1).count());
+  }
+  const double gflop = 2.0 * M * N * K / 1e9;
+  return {gflop / best16, gflop / best32};
+}
+
+std::string slow_product_warning(const ProductRates& rates) {
+  if (!(rates.bf16_gflops < rates.fp32_gflops)) return "";
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "on this CPU oneDNN's bf16 product ran at %.0f GFLOP/s against the fp32 sgemm's %.0f (%.2fx, measured "
+                "just now): its bf16 instructions are slower than its fp32 ones, so bf16 will most likely train slower "
+                "than fp32 here (aah bench train --precision fp32,bf16 times the two steps side by side); "
+                "train.precision=fp32 is the default",
+                rates.bf16_gflops, rates.fp32_gflops, rates.bf16_gflops / rates.fp32_gflops);
+  return text;
 }
 
 }  // namespace aah::bf16
