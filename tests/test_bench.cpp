@@ -418,6 +418,37 @@ TEST(BenchPrecision, TrainAndDecodeTimeBf16BesideFp32) {
   EXPECT_NEAR(rows[3]["predicted_time_ratio"].get<double>(), rows[1]["predicted_time_ratio"].get<double>() / 2, 1e-12);
 }
 
+// `aah info` says what train.precision=bf16 would run: the instruction set oneDNN finds, both products' rates, and
+// the attention kernel that this process picks too; or that bf16 is not available. With oneDNN held to AVX2
+// (ONEDNN_MAX_CPU_ISA), "not available" on every CPU, and the bf16 attention kernels follow it.
+TEST(BenchPrecision, InfoSaysWhatBf16RunsOn) {
+  std::string out;
+  ASSERT_EQ(process_run({AAH_BINARY, "info"}, {.output = &out}), 0) << out;
+  std::string isa;
+  if (bf16::cpu_supported(&isa)) {
+    const size_t at = out.find("bf16 (train.precision=bf16): products on oneDNN (" + isa + "), ");
+    ASSERT_NE(at, std::string::npos) << out;
+    double bf16_rate = 0, fp32_rate = 0;
+    ASSERT_EQ(std::sscanf(out.c_str() + out.find("), ", at) + 3, "%lf GFLOP/s against the fp32 sgemm's %lf",
+                          &bf16_rate, &fp32_rate),
+              2)
+        << out;
+    EXPECT_GT(bf16_rate, 1.0) << out;  // a timer or a product that did nothing would give 0 or inf
+    EXPECT_GT(fp32_rate, 1.0) << out;
+    EXPECT_LT(bf16_rate, 1e6) << out;
+    EXPECT_NE(out.find(std::string("attention's products ") + bf16::attn_kernel_how(bf16::attn_kernel(32))),
+              std::string::npos)
+        << out;
+  } else {
+    EXPECT_NE(out.find("bf16 (train.precision=bf16): not available (oneDNN found " + isa + ";"), std::string::npos)
+        << out;
+  }
+  out.clear();
+  ASSERT_EQ(process_run({"env", "ONEDNN_MAX_CPU_ISA=AVX2", AAH_BINARY, "info"}, {.output = &out}), 0) << out;
+  EXPECT_NE(out.find("bf16 (train.precision=bf16): not available (oneDNN found "), std::string::npos) << out;
+  EXPECT_EQ(out.find("products on oneDNN"), std::string::npos) << out;
+}
+
 // `aah bench attention --precision fp32,bf16` on a tiny case (T = 128, D = 16, no dense path, 2 rounds): --json gives
 // each (window set, pass) once per precision, the bf16 rows with their speedup over fp32's per round (positive,
 // finite) and their share of the bf16 product; the text output has the fp32 table, then the bf16 one beside fp32's

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/sys.h"
 #include "dist/comm.h"
+#include "kernels/bf16/bf16.h"
 #include "model/config.h"
 
 int main(int argc, char** argv) {
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
   aah::add_generate_commands(app, rc);
   aah::add_suite_commands(app, rc);
   aah::add_probe_commands(app, rc);
-  auto* info = app.add_subcommand("info", "What aah sees on this machine: CPU, vector kernels, OpenBLAS core, threads");
+  auto* info =
+      app.add_subcommand("info", "What aah sees on this machine: CPU, vector kernels, OpenBLAS core, threads, bf16");
   info->callback([] {
     std::printf("cpu: %s\n", aah::cpu_description().c_str());
 #ifdef __AVX512F__
@@ -72,6 +74,22 @@ int main(int argc, char** argv) {
     std::printf("openmp threads: %d\n", aah::num_threads());
     const std::string note = aah::blas_coretype_note_here();
     if (!note.empty()) std::printf("%s\n", note.c_str());
+    // What train.precision=bf16 would run here, with the two products' rates timed now (about 0.05 s): a CPU can
+    // have bf16 instructions that run slower than its fp32 ones.
+    std::string isa;
+    if (aah::bf16::cpu_supported(&isa)) {
+      const aah::bf16::ProductRates rates = aah::bf16::product_rates();
+      std::printf(
+          "bf16 (train.precision=bf16): products on oneDNN (%s), %.0f GFLOP/s against the fp32 sgemm's %.0f; "
+          "attention's products %s (head dims that are multiples of 32)\n",
+          isa.c_str(), rates.bf16_gflops, rates.fp32_gflops, aah::bf16::attn_kernel_how(aah::bf16::attn_kernel(32)));
+      if (const std::string warning = aah::bf16::slow_product_warning(rates); !warning.empty())
+        std::printf("note: %s\n", warning.c_str());
+    } else {
+      std::printf(
+          "bf16 (train.precision=bf16): not available (oneDNN found %s; bf16 needs AVX-512 BF16 or AMX): fp32 only\n",
+          isa.c_str());
+    }
   });
   try {
     app.parse(argc, argv);
