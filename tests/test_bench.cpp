@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,8 @@
 #include "kernels/attention_common.h"
 #include "kernels/bf16/bf16.h"
 #include "core/check.h"
+#include "core/files.h"
+#include "helpers.h"
 
 namespace aah {
 namespace {
@@ -447,6 +451,44 @@ TEST(BenchPrecision, InfoSaysWhatBf16RunsOn) {
   ASSERT_EQ(process_run({"env", "ONEDNN_MAX_CPU_ISA=AVX2", AAH_BINARY, "info"}, {.output = &out}), 0) << out;
   EXPECT_NE(out.find("bf16 (train.precision=bf16): not available (oneDNN found "), std::string::npos) << out;
   EXPECT_EQ(out.find("products on oneDNN"), std::string::npos) << out;
+}
+
+// bench/bf16.sh refuses what it does not know (exit 2, naming it) and an OUT that exists (exit 1, the file untouched);
+// its cpu section (the fast one) writes the CPU's flags and `aah info` into OUT, with no .partial left.
+TEST(BenchPrecision, Bf16ScriptRefusesBadArgumentsAndWritesTheCpuSection) {
+  const std::string script = std::string(AAH_SOURCE_DIR) + "/bench/bf16.sh";
+  for (const auto& [arg, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--bogus", "", "unknown argument '--bogus'"},
+           {"--only", "cpu,gpu", "unknown section 'gpu'"},
+           {"--rounds", "0", "--rounds must be a positive integer, got '0'"}}) {
+    std::string out;
+    std::vector<std::string> argv = {"bash", script, arg};
+    if (!value.empty()) argv.push_back(value);
+    EXPECT_EQ(process_run(argv, {.output = &out}), 2) << out;
+    EXPECT_NE(out.find(says), std::string::npos) << out;
+  }
+  test::TempDir dir("bf16sh");
+  const std::string kept = dir.file("kept.txt", "earlier results\n");
+  std::string out;
+  EXPECT_EQ(process_run({"env", std::string("AAH=") + AAH_BINARY, "bash", script, "--out", kept, "--only", "cpu"},
+                        {.output = &out}),
+            1)
+      << out;
+  EXPECT_NE(out.find("exists"), std::string::npos) << out;
+  EXPECT_EQ(read_file(kept), "earlier results\n");
+  const std::string fresh = dir.path + "/cpu.txt";
+  out.clear();
+  ASSERT_EQ(process_run({"env", std::string("AAH=") + AAH_BINARY, "bash", script, "--out", fresh, "--only", "cpu"},
+                        {.output = &out}),
+            0)
+      << out;
+  const std::string written = read_file(fresh);
+  EXPECT_NE(written.find("== cpu ("), std::string::npos) << written;
+  EXPECT_NE(written.find("cpu family"), std::string::npos) << written;
+  EXPECT_NE(written.find(std::string("$ ") + AAH_BINARY + " info\n"), std::string::npos) << written;
+  EXPECT_NE(written.find("bf16 (train.precision=bf16): "), std::string::npos) << written;
+  EXPECT_EQ(written.find("== tests"), std::string::npos) << written;  // --only cpu
+  EXPECT_FALSE(std::filesystem::exists(fresh + ".partial"));
 }
 
 // `aah bench attention --precision fp32,bf16` on a tiny case (T = 128, D = 16, no dense path, 2 rounds): --json gives
