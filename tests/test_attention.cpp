@@ -54,7 +54,7 @@ struct AttnCase {
   std::vector<int> window;
   std::string name() const {
     std::string w;
-    for (int x : window) w += (w.empty() ? "" : ",") + std::to_string(x);
+    for (int x : window) w += str_cat(w.empty() ? "" : ",", x);
     return str_cat("B=", B, " H=", H, " Hkv=", Hkv, " T=", T, " D=", D, " W={", w, "}");
   }
 };

@@ -33,8 +33,8 @@ std::string runs_csv(const std::vector<RunData>& runs) {
   csv += ",nonfinite_steps,train_time_s,time_to_full_loss_s,time_to_full_loss_ratio\n";
   for (const auto& r : runs) {
     csv += str_cat(csv_field(r.name), ",", csv_field(r.regime), ",", r.seed);
-    for (const auto& c : kTrainColumns) csv += "," + full_precision(value_of(r, c));
-    for (const auto& c : kEvalColumns) csv += "," + full_precision(value_of(r, c));
+    for (const auto& c : kTrainColumns) csv += str_cat(",", full_precision(value_of(r, c)));
+    for (const auto& c : kEvalColumns) csv += str_cat(",", full_precision(value_of(r, c)));
     csv += str_cat(",", r.nonfinite_steps.size(), ",", full_precision(train_seconds(r)), ",",
                    full_precision(time_to_full_loss(runs, r)), ",", full_precision(time_to_full_loss_ratio(runs, r)),
                    "\n");
