@@ -440,7 +440,10 @@ TEST(BenchPrecision, InfoSaysWhatBf16RunsOn) {
     EXPECT_GT(bf16_rate, 1.0) << out;  // a timer or a product that did nothing would give 0 or inf
     EXPECT_GT(fp32_rate, 1.0) << out;
     EXPECT_LT(bf16_rate, 1e6) << out;
-    EXPECT_NE(out.find(std::string("attention's products ") + bf16::attn_kernel_how(bf16::attn_kernel(32))),
+    const bf16::AttnKernel kernel = bf16::attn_kernel(32);
+    EXPECT_NE(out.find(kernel == bf16::AttnKernel::fp32
+                           ? std::string("; attention in fp32")
+                           : std::string("; attention's products ") + bf16::attn_kernel_how(kernel)),
               std::string::npos)
         << out;
   } else {

@@ -79,10 +79,14 @@ int main(int argc, char** argv) {
     std::string isa;
     if (aah::bf16::cpu_supported(&isa)) {
       const aah::bf16::ProductRates rates = aah::bf16::product_rates();
+      const aah::bf16::AttnKernel kernel = aah::bf16::attn_kernel(32);
+      const std::string attention = kernel == aah::bf16::AttnKernel::fp32
+                                        ? "attention in fp32 (no bf16 attention kernel in this build for this CPU)"
+                                        : aah::str_cat("attention's products ", aah::bf16::attn_kernel_how(kernel),
+                                                       " (head dims that are multiples of 32)");
       std::printf(
-          "bf16 (train.precision=bf16): products on oneDNN (%s), %.0f GFLOP/s against the fp32 sgemm's %.0f; "
-          "attention's products %s (head dims that are multiples of 32)\n",
-          isa.c_str(), rates.bf16_gflops, rates.fp32_gflops, aah::bf16::attn_kernel_how(aah::bf16::attn_kernel(32)));
+          "bf16 (train.precision=bf16): products on oneDNN (%s), %.0f GFLOP/s against the fp32 sgemm's %.0f; %s\n",
+          isa.c_str(), rates.bf16_gflops, rates.fp32_gflops, attention.c_str());
       if (const std::string warning = aah::bf16::slow_product_warning(rates); !warning.empty())
         std::printf("note: %s\n", warning.c_str());
     } else {
