@@ -49,8 +49,9 @@ run() {
   "$@" 2>&1 | tee -a "$tmp" || echo "(exit status ${PIPESTATUS[0]})" | tee -a "$tmp"
 }
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+info=$("$aah" info 2>/dev/null) || { echo "bf16.sh: $aah info failed" >&2; exit 1; }
 bf16=1
-"$aah" info 2>/dev/null | grep -q '^bf16 (train.precision=bf16): products on oneDNN' || bf16=0
+grep -q '^bf16 (train.precision=bf16): products on oneDNN' <<< "$info" || bf16=0
 
 if wants cpu; then
   section cpu
@@ -73,7 +74,7 @@ else
     /usr/bin/python3 -c "import torch" 2>/dev/null ||
       { torch=0; echo "(no PyTorch: apt-get install python3-torch for its steps beside aah's)" | tee -a "$tmp"; }
     # PyTorch's fp32 products run on the same OpenBLAS: give it the core aah runs (as bench/long_context.sh does).
-    blas_core=$("$aah" info 2>/dev/null | sed -n 's/^openblas core: \([A-Za-z0-9]*\).*/\1/p')
+    blas_core=$(sed -n 's/^openblas core: \([A-Za-z0-9]*\).*/\1/p' <<< "$info")
     for r in $(seq "$rounds"); do
       run "$aah" bench train --precision fp32,bf16 --budget "$budget"
       if [ "$torch" = 1 ]; then
