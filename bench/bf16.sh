@@ -39,6 +39,10 @@ done
 aah="${AAH:-build/release/aah}"  # AAH=path: another build's binary
 [ -x "$aah" ] || { echo "bf16.sh: $aah not found: build first (cmake --preset release && cmake --build --preset release)" >&2; exit 1; }
 [ -e "$out" ] && { echo "bf16.sh: $out exists; move it away or pass --out" >&2; exit 1; }
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+info=$("$aah" info 2>/dev/null) || { echo "bf16.sh: $aah info failed" >&2; exit 1; }
+bf16=1
+grep -q '^bf16 (train.precision=bf16): products on oneDNN' <<< "$info" || bf16=0
 tmp="$out.partial"
 : > "$tmp"
 wants() { [[ ",$only," == *",$1,"* ]]; }
@@ -48,10 +52,6 @@ run() {
   echo "\$ $*" | tee -a "$tmp"
   "$@" 2>&1 | tee -a "$tmp" || echo "(exit status ${PIPESTATUS[0]})" | tee -a "$tmp"
 }
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-info=$("$aah" info 2>/dev/null) || { echo "bf16.sh: $aah info failed" >&2; exit 1; }
-bf16=1
-grep -q '^bf16 (train.precision=bf16): products on oneDNN' <<< "$info" || bf16=0
 
 if wants cpu; then
   section cpu
