@@ -15,6 +15,49 @@
 #include "kernels/bf16/bf16.h"
 #include "model/config.h"
 
+// aah info: what aah sees on this machine.
+void print_info() {
+  std::printf("cpu: %s\n", aah::cpu_description().c_str());
+#ifdef __AVX512F__
+  std::puts("attention tile products: AVX-512 (16-wide) and AVX2");
+#elif defined(__AVX2__)
+  std::puts("attention tile products: AVX2 (8-wide)");
+#else
+  std::puts("attention tile products: scalar");
+#endif
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const char* detected = std::getenv("AAH_OPENBLAS_DETECTED");
+  std::string how;
+  if (forced && detected)
+    how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, " set by aah: OpenBLAS took this CPU for ", detected, ")");
+  else if (forced)
+    how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, ")");
+  std::printf("openblas core: %s%s\n", aah::blas_corename().c_str(), how.c_str());
+  std::printf("openmp threads: %d\n", aah::num_threads());
+  const std::string note = aah::blas_coretype_note_here();
+  if (!note.empty()) std::printf("%s\n", note.c_str());
+  // What train.precision=bf16 would run here, with the two products' rates timed now (about 0.05 s): a CPU can
+  // have bf16 instructions that run slower than its fp32 ones.
+  std::string isa;
+  if (aah::bf16::cpu_supported(&isa)) {
+    const aah::bf16::ProductRates rates = aah::bf16::product_rates();
+    const aah::bf16::AttnKernel kernel = aah::bf16::attn_kernel(32);
+    const std::string attention = kernel == aah::bf16::AttnKernel::fp32
+                                      ? "attention in fp32 (no bf16 attention kernel in this build for this CPU)"
+                                      : aah::str_cat("attention's products ", aah::bf16::attn_kernel_how(kernel),
+                                                     " (head dims that are multiples of 32)");
+    std::printf(
+        "bf16 (train.precision=bf16): products on oneDNN (%s), %.0f GFLOP/s against the fp32 sgemm's %.0f; %s\n",
+        isa.c_str(), rates.bf16_gflops, rates.fp32_gflops, attention.c_str());
+    if (const std::string warning = aah::bf16::slow_product_warning(rates); !warning.empty())
+      std::printf("note: %s\n", warning.c_str());
+  } else {
+    std::printf(
+        "bf16 (train.precision=bf16): not available (oneDNN found %s; bf16 needs AVX-512 BF16 or AMX): fp32 only\n",
+        isa.c_str());
+  }
+}
+
 int main(int argc, char** argv) {
   // OpenBLAS misread this CPU as an old one (SSE kernels, ~4x slower matrix products): restart once with the core
   // type forced (core/sys.h). Only when the user has not set OPENBLAS_CORETYPE; if exec fails, go on as we are.
@@ -54,47 +97,7 @@ int main(int argc, char** argv) {
   aah::add_probe_commands(app, rc);
   auto* info =
       app.add_subcommand("info", "What aah sees on this machine: CPU, vector kernels, OpenBLAS core, threads, bf16");
-  info->callback([] {
-    std::printf("cpu: %s\n", aah::cpu_description().c_str());
-#ifdef __AVX512F__
-    std::puts("attention tile products: AVX-512 (16-wide) and AVX2");
-#elif defined(__AVX2__)
-    std::puts("attention tile products: AVX2 (8-wide)");
-#else
-    std::puts("attention tile products: scalar");
-#endif
-    const char* forced = std::getenv("OPENBLAS_CORETYPE");
-    const char* detected = std::getenv("AAH_OPENBLAS_DETECTED");
-    std::string how;
-    if (forced && detected)
-      how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, " set by aah: OpenBLAS took this CPU for ", detected, ")");
-    else if (forced)
-      how = aah::str_cat(" (OPENBLAS_CORETYPE=", forced, ")");
-    std::printf("openblas core: %s%s\n", aah::blas_corename().c_str(), how.c_str());
-    std::printf("openmp threads: %d\n", aah::num_threads());
-    const std::string note = aah::blas_coretype_note_here();
-    if (!note.empty()) std::printf("%s\n", note.c_str());
-    // What train.precision=bf16 would run here, with the two products' rates timed now (about 0.05 s): a CPU can
-    // have bf16 instructions that run slower than its fp32 ones.
-    std::string isa;
-    if (aah::bf16::cpu_supported(&isa)) {
-      const aah::bf16::ProductRates rates = aah::bf16::product_rates();
-      const aah::bf16::AttnKernel kernel = aah::bf16::attn_kernel(32);
-      const std::string attention = kernel == aah::bf16::AttnKernel::fp32
-                                        ? "attention in fp32 (no bf16 attention kernel in this build for this CPU)"
-                                        : aah::str_cat("attention's products ", aah::bf16::attn_kernel_how(kernel),
-                                                       " (head dims that are multiples of 32)");
-      std::printf(
-          "bf16 (train.precision=bf16): products on oneDNN (%s), %.0f GFLOP/s against the fp32 sgemm's %.0f; %s\n",
-          isa.c_str(), rates.bf16_gflops, rates.fp32_gflops, attention.c_str());
-      if (const std::string warning = aah::bf16::slow_product_warning(rates); !warning.empty())
-        std::printf("note: %s\n", warning.c_str());
-    } else {
-      std::printf(
-          "bf16 (train.precision=bf16): not available (oneDNN found %s; bf16 needs AVX-512 BF16 or AMX): fp32 only\n",
-          isa.c_str());
-    }
-  });
+  info->callback(print_info);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
