@@ -11,7 +11,8 @@
 #   attention  `aah bench attention --no-dense --precision fp32,bf16` (T = 1024, 4096: D = 32, 64, 128; T = 16384: D = 64)
 #   decode     `aah bench decode --context 32768 --precision fp32,bf16` (the KV cache in bf16 against fp32)
 # OUT (default bench-bf16.txt) gets the benches' tables; it is never overwritten. A CPU without bf16 runs the cpu and
-# tests sections only (the benches refuse bf16 there). About 25 minutes on 2 cores; run nothing else meanwhile.
+# tests sections only (the benches refuse bf16 there). 7 minutes on a Xeon with AMX (2 cores); longer where the
+# products are slower. Run nothing else meanwhile.
 # For figures to plot, run a bench alone with --json.
 #   bash bench/bf16.sh [--out FILE] [--rounds 2] [--budget 40] [--only cpu,tests,train,attention,decode]
 # --budget: seconds per `aah bench train` comparison (its --budget).
