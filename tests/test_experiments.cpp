@@ -20,6 +20,7 @@
 
 #include "controller/controller_config.h"
 #include "core/process.h"
+#include "experiments/compare.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/suite.h"
@@ -307,6 +308,83 @@ TEST(Report, SetupLineNamesBf16Runs) {
             "(train.precision=bf16)");
   to_bf16(0);
   EXPECT_EQ(setup_of_report(), "Training: 40 steps of 4 x 64 tokens, matrix products in bf16 (train.precision=bf16)");
+}
+
+// aah compare on hand-made suites: the paired differences over seeds re-derived by hand (seeds paired in seed
+// order, not name order), a regime with one pair, unpaired runs, the config key that differs, and the errors.
+TEST(Compare, PairedDifferencesOverSeedsHandWorked) {
+  const test::TempDir tmp("compare");
+  const std::string a = tmp.path + "/a", b = tmp.path + "/b";
+  auto run = [](const std::string& dir, const std::string& regime, int seed, double val_loss, bool bf16 = false) {
+    const std::vector<json> lines = {metrics_line(20, 2000, 100, 20, 6.0), metrics_line(40, 4000, 100, 40, 5.0)};
+    write_hand_run(dir, regime, seed, lines, {{"val_loss", val_loss}});
+    const std::string path = dir + "/runs/" + regime + "-s" + std::to_string(seed) + "/config.json";
+    json c = json::parse(read_file(path));
+    c["train"]["init_from"] = dir + "/base/full-s" + std::to_string(seed);  // differs by the suite's directory alone
+    if (bf16) c["train"]["precision"] = "bf16";
+    write_file_atomic(path, c.dump(2));
+  };
+  // full: seeds 0, 1, 10 in both (A 5.0, 5.2, 4.9; B 5.01, 5.18, 4.95) and seed 3 in A only; full_adaptive: seed 0
+  // in both, seed 1 in B only.
+  run(a, "full", 0, 5.0), run(a, "full", 1, 5.2), run(a, "full", 10, 4.9), run(a, "full", 3, 5.5);
+  run(b, "full", 0, 5.01, true), run(b, "full", 1, 5.18, true), run(b, "full", 10, 4.95, true);
+  run(a, "full_adaptive", 0, 4.0), run(b, "full_adaptive", 0, 4.1, true), run(b, "full_adaptive", 1, 4.2, true);
+  const Comparison c = compare_suites(a, b, "val_loss");
+  ASSERT_EQ(c.rows.size(), 2u);
+  const CompareRow& full = c.rows[0];
+  EXPECT_EQ(full.regime, "full");
+  EXPECT_EQ(full.seeds, (std::vector<int>{0, 1, 10}));
+  EXPECT_EQ(full.b, (std::vector<double>{5.01, 5.18, 4.95}));
+  // d = B - A = 0.01, -0.02, 0.05: mean 0.013333, sd 0.0351188, se 0.0202759; t(0.975, 2) = 4.303 (the table's),
+  // t(0.95, 2) = 2.919986
+  EXPECT_EQ(full.diff.n, 3);
+  EXPECT_NEAR(full.diff.mean, 0.0133333333333, 1e-9);
+  EXPECT_NEAR(full.diff.lo, -0.0739137572, 1e-8);
+  EXPECT_NEAR(full.diff.hi, 0.1005804239, 1e-8);
+  EXPECT_NEAR(full.diff90.lo, 0.0133333333 - 2.9199855804 * 0.0202758751, 1e-8);
+  EXPECT_NEAR(full.diff90.hi, 0.0133333333 + 2.9199855804 * 0.0202758751, 1e-8);
+  EXPECT_NEAR(full.bound, 0.0725385, 1e-6);
+  EXPECT_EQ(full.b_lower, 1);
+  EXPECT_EQ(c.rows[1].regime, "full_adaptive");
+  EXPECT_EQ(c.rows[1].diff.n, 1);
+  EXPECT_NEAR(c.rows[1].diff.mean, 0.1, 1e-12);
+  EXPECT_EQ(c.only_a, (std::vector<std::string>{"full-s3"}));
+  EXPECT_EQ(c.only_b, (std::vector<std::string>{"full_adaptive-s1"}));
+  EXPECT_EQ(c.differences, (std::vector<std::string>{"train.precision: \"fp32\" -> \"bf16\""}));
+  const std::string text = compare_text(c);
+  EXPECT_NE(text.find("differs in: train.precision: \"fp32\" -> \"bf16\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("[-0.0739, +0.1006]"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 of 3  no difference detected (equivalent within +-0.0725)"), std::string::npos) << text;
+  EXPECT_NE(text.find("one seed: no claim"), std::string::npos) << text;
+  EXPECT_NE(text.find("only in A (not compared): full-s3\n"), std::string::npos) << text;
+  const json j = compare_json(c);
+  EXPECT_NEAR(j["rows"][0]["diff_lo95"].get<double>(), -0.0739137572, 1e-8);
+  EXPECT_TRUE(j["rows"][1]["diff_lo95"].is_null());
+  EXPECT_EQ(j["rows"][0]["a"], json({5.0, 5.2, 4.9}));
+
+  // B clearly lower: the 95% interval excludes 0
+  const std::string b2 = tmp.path + "/b2";
+  run(b2, "full", 0, 4.50), run(b2, "full", 1, 4.71), run(b2, "full", 10, 4.39);
+  const Comparison lower = compare_suites(a, b2, "val_loss");
+  ASSERT_EQ(lower.rows.size(), 1u);
+  EXPECT_LT(lower.rows[0].diff.hi, 0);
+  EXPECT_EQ(lower.rows[0].b_lower, 3);
+  EXPECT_NE(compare_text(lower).find("3 of 3  B lower"), std::string::npos);
+  EXPECT_NE(compare_text(lower).find("differs in: nothing"), std::string::npos);
+
+  // errors name what is wrong
+  EXPECT_NE(test::error_of([&] { compare_suites(a, tmp.path + "/missing", "val_loss"); }).find(tmp.path + "/missing"),
+            std::string::npos);
+  const std::string no_metric = test::error_of([&] { compare_suites(a, b, "accuracy"); });
+  EXPECT_NE(no_metric.find("/runs/full-s0/eval.json"), std::string::npos) << no_metric;
+  EXPECT_NE(no_metric.find("'accuracy'"), std::string::npos) << no_metric;
+  const std::string b3 = tmp.path + "/b3";
+  run(b3, "full", 7, 5.0);
+  EXPECT_NE(test::error_of([&] { compare_suites(a, b3, "val_loss"); }).find("no run of one has a partner"),
+            std::string::npos);
+  write_file_atomic(b + "/runs/full-s1/eval.json", "{\"val_loss\": ");
+  EXPECT_NE(test::error_of([&] { compare_suites(a, b, "val_loss"); }).find(b + "/runs/full-s1/eval.json"),
+            std::string::npos);
 }
 
 TEST(Report, TimeToLossHandWorked) {

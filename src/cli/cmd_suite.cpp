@@ -1,9 +1,10 @@
-// aah suite, aah report.
+// aah suite, aah report, aah compare.
 #include <cstdio>
 #include <cstdlib>
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "experiments/compare.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/suite.h"
@@ -81,6 +82,30 @@ void add_suite_commands(CLI::App& app, int& rc) {
   report->add_option("DIR", dir, "Suite directory (holds runs/)")->required();
   report->callback([&rc] {
     report_write(dir);
+    rc = 0;
+  });
+
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Two suites of the same experiment with one thing changed (e.g. --set train.precision=bf16), their runs paired\n"
+      "by regime and seed: per regime the paired difference B - A of an eval.json number over the seeds, with 95% and\n"
+      "90% intervals and the equivalence bound, and the config.json keys that differ between paired runs.\n"
+      "Example: aah suite --preset main --regimes full --seeds 0,1,2,3,4 --out runs/fp32\n"
+      "         aah suite --preset main --regimes full --seeds 0,1,2,3,4 --set train.precision=bf16 --out runs/bf16\n"
+      "         aah compare runs/fp32 runs/bf16");
+  static std::string cmp_a, cmp_b, cmp_metric = "val_loss";
+  static bool cmp_json = false;
+  compare->add_option("A", cmp_a, "Suite directory A (holds runs/)")->required();
+  compare->add_option("B", cmp_b, "Suite directory B, compared against A")->required();
+  compare->add_option("--metric", cmp_metric, "The eval.json number to compare (e.g. val_loss, val_ppl)")
+      ->capture_default_str();
+  compare->add_flag("--json", cmp_json, "One JSON object: every row with each seed's values in A and B");
+  compare->callback([&rc] {
+    const Comparison c = compare_suites(cmp_a, cmp_b, cmp_metric);
+    if (cmp_json)
+      std::printf("%s\n", compare_json(c).dump().c_str());
+    else
+      std::fputs(compare_text(c).c_str(), stdout);
     rc = 0;
   });
 }

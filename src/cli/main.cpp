@@ -16,7 +16,7 @@
 #include "model/config.h"
 
 // aah info: what aah sees on this machine.
-void print_info() {
+static void print_info() {
   std::printf("cpu: %s\n", aah::cpu_description().c_str());
 #ifdef __AVX512F__
   std::puts("attention tile products: AVX-512 (16-wide) and AVX2");

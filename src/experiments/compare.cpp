@@ -1,0 +1,191 @@
+#include "experiments/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/check.h"
+#include "experiments/report_read.h"
+#include "model/config.h"
+
+namespace aah {
+
+using json = nlohmann::json;
+
+namespace {
+
+// config.json as "section.key" -> value text (nested objects flattened; arrays and scalars kept as JSON text).
+void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    return;
+  }
+  out[prefix] = j.dump();
+}
+
+// v with every occurrence of the suite directory `dir` written as <suite>: paths inside a suite (train.init_from is
+// its base run) differ between two suites by their directory alone, which is not a difference in the experiment.
+std::string within_suite(std::string v, std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (dir.empty()) return v;
+  for (size_t at = 0; (at = v.find(dir, at)) != std::string::npos;) {
+    v.replace(at, dir.size(), "<suite>");
+    at += 7;
+  }
+  return v;
+}
+
+std::string signed_text(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.*f", decimals, v);
+  return buf;
+}
+std::string fixed_text(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+double mean_of(const std::vector<double>& x) {
+  double s = 0;
+  for (double v : x) s += v;
+  return x.empty() ? NAN : s / double(x.size());
+}
+
+std::string verdict(const CompareRow& r) {
+  if (r.diff.n < 2) return "one seed: no claim";
+  if (r.diff.lo > 0) return "B higher";
+  if (r.diff.hi < 0) return "B lower";
+  return str_cat("no difference detected (equivalent within +-", fixed_text(r.bound, 4), ")");
+}
+
+}  // namespace
+
+Comparison compare_suites(const std::string& a_dir, const std::string& b_dir, const std::string& metric) {
+  const report::SuiteRuns A = report::read_suite(a_dir), B = report::read_suite(b_dir);
+  Comparison c;
+  c.a_dir = a_dir, c.b_dir = b_dir, c.metric = metric;
+  std::map<std::string, const report::RunData*> in_b;
+  for (const auto& r : B.runs) in_b[r.name] = &r;
+  std::map<std::string, std::pair<int, std::string>> differs;  // key -> (pairs where it differs, first "A -> B")
+  int pairs = 0;
+  auto value = [&](const report::RunData& r, const std::string& dir) {
+    return report::number(r.eval, metric.c_str(), str_cat(dir, "/runs/", r.name, "/eval.json"));
+  };
+  for (const std::string& regime : A.regimes) {
+    CompareRow row;
+    row.regime = regime;
+    for (const auto& ra : A.runs) {
+      if (ra.regime != regime) continue;
+      const auto it = in_b.find(ra.name);
+      if (it == in_b.end()) {
+        c.only_a.push_back(ra.name);
+        continue;
+      }
+      const report::RunData& rb = *it->second;
+      row.seeds.push_back(ra.seed);
+      row.a.push_back(value(ra, a_dir));
+      row.b.push_back(value(rb, b_dir));
+      pairs++;
+      std::map<std::string, std::string> fa, fb;
+      flatten(config_to_json(ra.cfg), "", fa);
+      flatten(config_to_json(rb.cfg), "", fb);
+      for (const auto& [key, va] : fa) {
+        const auto jb = fb.find(key);
+        const std::string vb = jb == fb.end() ? "(absent)" : jb->second;
+        if (within_suite(va, a_dir) == within_suite(vb, b_dir)) continue;
+        auto& d = differs[key];
+        if (d.first++ == 0) d.second = str_cat(va, " -> ", vb);
+      }
+    }
+    if (row.seeds.empty()) continue;
+    // runs are read in name order ("full-s10" before "full-s2"): pair them in seed order
+    std::vector<size_t> order(row.seeds.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return row.seeds[x] < row.seeds[y]; });
+    CompareRow sorted = row;
+    for (size_t i = 0; i < order.size(); i++)
+      sorted.seeds[i] = row.seeds[order[i]], sorted.a[i] = row.a[order[i]], sorted.b[i] = row.b[order[i]];
+    row = sorted;
+    std::vector<double> d;
+    for (size_t i = 0; i < row.a.size(); i++) {
+      d.push_back(row.b[i] - row.a[i]);
+      row.b_lower += row.b[i] < row.a[i];
+    }
+    row.diff = mean_interval(d);
+    row.diff90 = interval90(row.diff);
+    row.bound = equivalence_bound90(row.diff);
+    c.rows.push_back(row);
+  }
+  for (const auto& rb : B.runs)
+    if (std::none_of(A.runs.begin(), A.runs.end(), [&](const report::RunData& ra) { return ra.name == rb.name; }))
+      c.only_b.push_back(rb.name);
+  if (c.rows.empty())
+    fail("[compare] ", a_dir, " and ", b_dir, ": no run of one has a partner (the same regime and seed) in the other");
+  for (const auto& [key, d] : differs)
+    c.differences.push_back(str_cat(key, ": ", d.second,
+                                    d.first == pairs ? std::string() : str_cat(" (in ", d.first, " of ", pairs, " pairs)")));
+  return c;
+}
+
+std::string compare_text(const Comparison& c) {
+  std::string s = str_cat("A = ", c.a_dir, ", B = ", c.b_dir, ": ", c.metric,
+                          " (eval.json) of the runs paired by regime and seed; differences are B - A\n");
+  s += "config.json of paired runs differs in: ";
+  if (c.differences.empty()) s += "nothing (the same settings: a rerun)\n";
+  for (size_t i = 0; i < c.differences.size(); i++)
+    s += (i ? "; " : "") + c.differences[i] + (i + 1 == c.differences.size() ? "\n" : "");
+  char line[512];
+  std::snprintf(line, sizeof line, "%-28s %3s %10s %10s %10s %22s %22s %9s  %s\n", "regime", "n", "A mean", "B mean",
+                "B - A", "95% interval", "90% interval", "B lower", "verdict (95%)");
+  s += line;
+  for (const CompareRow& r : c.rows) {
+    const bool two = r.diff.n >= 2;
+    const std::string i95 = two ? str_cat("[", signed_text(r.diff.lo, 4), ", ", signed_text(r.diff.hi, 4), "]") : "-";
+    const std::string i90 =
+        two ? str_cat("[", signed_text(r.diff90.lo, 4), ", ", signed_text(r.diff90.hi, 4), "]") : "-";
+    std::snprintf(line, sizeof line, "%-28s %3d %10.4f %10.4f %10s %22s %22s %9s  %s\n", r.regime.c_str(), r.diff.n,
+                  mean_of(r.a), mean_of(r.b), signed_text(r.diff.mean, 4).c_str(), i95.c_str(), i90.c_str(),
+                  str_cat(r.b_lower, " of ", r.diff.n).c_str(), verdict(r).c_str());
+    s += line;
+  }
+  auto unpaired = [&](const char* side, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    s += str_cat("only in ", side, " (not compared): ");
+    for (size_t i = 0; i < names.size(); i++) s += (i ? ", " : "") + names[i];
+    s += "\n";
+  };
+  unpaired("A", c.only_a);
+  unpaired("B", c.only_b);
+  s += "Equivalent within +-b: the 90% interval of the mean difference lies inside [-b, b] (two one-sided tests at "
+       "5%); with one seed there is no interval.\n";
+  return s;
+}
+
+json compare_json(const Comparison& c) {
+  json rows = json::array();
+  for (const CompareRow& r : c.rows) {
+    const bool two = r.diff.n >= 2;
+    auto num = [&](double v) { return two && std::isfinite(v) ? json(v) : json(nullptr); };
+    rows.push_back({{"regime", r.regime},
+                    {"n", r.diff.n},
+                    {"seeds", r.seeds},
+                    {"a", r.a},
+                    {"b", r.b},
+                    {"a_mean", mean_of(r.a)},
+                    {"b_mean", mean_of(r.b)},
+                    {"diff_mean", r.diff.mean},
+                    {"diff_lo95", num(r.diff.lo)},
+                    {"diff_hi95", num(r.diff.hi)},
+                    {"diff_lo90", num(r.diff90.lo)},
+                    {"diff_hi90", num(r.diff90.hi)},
+                    {"equivalence_bound90", num(r.bound)},
+                    {"b_lower", r.b_lower},
+                    {"verdict", verdict(r)}});
+  }
+  return {{"a", c.a_dir},           {"b", c.b_dir},           {"metric", c.metric}, {"differences", c.differences},
+          {"only_a", c.only_a},     {"only_b", c.only_b},     {"rows", rows}};
+}
+
+}  // namespace aah
