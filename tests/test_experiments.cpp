@@ -314,7 +314,8 @@ TEST(Report, SetupLineNamesBf16Runs) {
 // order, not name order), a regime with one pair, unpaired runs, the config key that differs, and the errors.
 TEST(Compare, PairedDifferencesOverSeedsHandWorked) {
   const test::TempDir tmp("compare");
-  const std::string a = tmp.path + "/a", b = tmp.path + "/b";
+  // suite directories named like the values that differ: only paths inside a suite leave out its directory
+  const std::string a = tmp.path + "/fp32", b = tmp.path + "/bf16";
   auto run = [](const std::string& dir, const std::string& regime, int seed, double val_loss, bool bf16 = false) {
     const std::vector<json> lines = {metrics_line(20, 2000, 100, 20, 6.0), metrics_line(40, 4000, 100, 40, 5.0)};
     write_hand_run(dir, regime, seed, lines, {{"val_loss", val_loss}});
@@ -329,7 +330,13 @@ TEST(Compare, PairedDifferencesOverSeedsHandWorked) {
   run(a, "full", 0, 5.0), run(a, "full", 1, 5.2), run(a, "full", 10, 4.9), run(a, "full", 3, 5.5);
   run(b, "full", 0, 5.01, true), run(b, "full", 1, 5.18, true), run(b, "full", 10, 4.95, true);
   run(a, "full_adaptive", 0, 4.0), run(b, "full_adaptive", 0, 4.1, true), run(b, "full_adaptive", 1, 4.2, true);
-  const Comparison c = compare_suites(a, b, "val_loss");
+  // as a user names them, relative ("fp32", "bf16"): the working directory is the temporary one while they are read
+  const fs::path cwd = fs::current_path();
+  fs::current_path(tmp.path);
+  const Comparison c = compare_suites("fp32", "bf16", "val_loss");
+  const Comparison c_abs = compare_suites(a, b, "val_loss");
+  fs::current_path(cwd);
+  EXPECT_EQ(c_abs.differences, c.differences);
   ASSERT_EQ(c.rows.size(), 2u);
   const CompareRow& full = c.rows[0];
   EXPECT_EQ(full.regime, "full");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "core/check.h"
@@ -18,21 +19,26 @@ namespace {
 // config.json as "section.key" -> value text (nested objects flattened; arrays and scalars kept as JSON text).
 void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
   if (j.is_object() && !j.empty()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
     return;
   }
   out[prefix] = j.dump();
 }
 
-// v with every occurrence of the suite directory `dir` written as <suite>: paths inside a suite (train.init_from is
-// its base run) differ between two suites by their directory alone, which is not a difference in the experiment.
-std::string within_suite(std::string v, std::string dir) {
+// A value that is a path inside the suite directory `dir` (as given or made absolute), with that directory written
+// as <suite>: paths inside a suite (train.init_from is its base run) differ between two suites by their directory
+// alone, which is not a difference in the experiment. `v` is JSON text; other values are returned as they are.
+std::string within_suite(const std::string& v, std::string dir) {
+  const json j = json::parse(v, nullptr, false);
+  if (!j.is_string()) return v;
+  const std::string path = j.get<std::string>();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  if (dir.empty()) return v;
-  for (size_t at = 0; (at = v.find(dir, at)) != std::string::npos;) {
-    v.replace(at, dir.size(), "<suite>");
-    at += 7;
-  }
+  std::error_code ec;
+  const std::string absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
+  for (const std::string& prefix : {dir, absolute})
+    if (!prefix.empty() && path.rfind(prefix + "/", 0) == 0)  // inside it (a value equal to its name is a value)
+      return json("<suite>" + path.substr(prefix.size())).dump();
   return v;
 }
 
@@ -124,8 +130,8 @@ Comparison compare_suites(const std::string& a_dir, const std::string& b_dir, co
   if (c.rows.empty())
     fail("[compare] ", a_dir, " and ", b_dir, ": no run of one has a partner (the same regime and seed) in the other");
   for (const auto& [key, d] : differs)
-    c.differences.push_back(str_cat(key, ": ", d.second,
-                                    d.first == pairs ? std::string() : str_cat(" (in ", d.first, " of ", pairs, " pairs)")));
+    c.differences.push_back(str_cat(
+        key, ": ", d.second, d.first == pairs ? std::string() : str_cat(" (in ", d.first, " of ", pairs, " pairs)")));
   return c;
 }
 
@@ -184,8 +190,8 @@ json compare_json(const Comparison& c) {
                     {"b_lower", r.b_lower},
                     {"verdict", verdict(r)}});
   }
-  return {{"a", c.a_dir},           {"b", c.b_dir},           {"metric", c.metric}, {"differences", c.differences},
-          {"only_a", c.only_a},     {"only_b", c.only_b},     {"rows", rows}};
+  return {{"a", c.a_dir},       {"b", c.b_dir},       {"metric", c.metric}, {"differences", c.differences},
+          {"only_a", c.only_a}, {"only_b", c.only_b}, {"rows", rows}};
 }
 
 }  // namespace aah

@@ -16,7 +16,7 @@ namespace aah {
 
 struct CompareRow {
   std::string regime;
-  std::vector<int> seeds;   // the paired seeds, ascending
+  std::vector<int> seeds;    // the paired seeds, ascending
   std::vector<double> a, b;  // the metric per seed in A and in B
   MeanInterval diff;         // B - A: mean and 95% interval
   Interval diff90;           // its 90% interval
@@ -26,7 +26,7 @@ struct CompareRow {
 
 struct Comparison {
   std::string a_dir, b_dir, metric;
-  std::vector<CompareRow> rows;        // A's regime order
+  std::vector<CompareRow> rows;             // A's regime order
   std::vector<std::string> only_a, only_b;  // runs (regime-sSEED) without a partner
   // config.json keys (flattened, e.g. "train.precision") that differ in some pair: "key: A -> B" as JSON text
   // (the first pair's values), with "(in k of n pairs)" where not every pair differs.
