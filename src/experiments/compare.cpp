@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "core/check.h"
 #include "experiments/report_read.h"
@@ -53,11 +54,7 @@ std::string fixed_text(double v, int decimals) {
   return buf;
 }
 
-double mean_of(const std::vector<double>& x) {
-  double s = 0;
-  for (double v : x) s += v;
-  return x.empty() ? NAN : s / double(x.size());
-}
+double mean_of(const std::vector<double>& x) { return mean_interval(x).mean; }
 
 std::string verdict(const CompareRow& r) {
   if (r.diff.n < 2) return "one seed: no claim";
@@ -106,14 +103,11 @@ Comparison compare_suites(const std::string& a_dir, const std::string& b_dir, co
       }
     }
     if (row.seeds.empty()) continue;
-    // runs are read in name order ("full-s10" before "full-s2"): pair them in seed order
-    std::vector<size_t> order(row.seeds.size());
-    for (size_t i = 0; i < order.size(); i++) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return row.seeds[x] < row.seeds[y]; });
-    CompareRow sorted = row;
-    for (size_t i = 0; i < order.size(); i++)
-      sorted.seeds[i] = row.seeds[order[i]], sorted.a[i] = row.a[order[i]], sorted.b[i] = row.b[order[i]];
-    row = sorted;
+    // runs are read in name order ("full-s10" before "full-s2"): list them in seed order
+    std::vector<std::tuple<int, double, double>> by_seed;
+    for (size_t i = 0; i < row.seeds.size(); i++) by_seed.emplace_back(row.seeds[i], row.a[i], row.b[i]);
+    std::sort(by_seed.begin(), by_seed.end());
+    for (size_t i = 0; i < by_seed.size(); i++) std::tie(row.seeds[i], row.a[i], row.b[i]) = by_seed[i];
     std::vector<double> d;
     for (size_t i = 0; i < row.a.size(); i++) {
       d.push_back(row.b[i] - row.a[i]);
@@ -147,10 +141,10 @@ std::string compare_text(const Comparison& c) {
                 "B - A", "95% interval", "90% interval", "B lower", "verdict (95%)");
   s += line;
   for (const CompareRow& r : c.rows) {
-    const bool two = r.diff.n >= 2;
-    const std::string i95 = two ? str_cat("[", signed_text(r.diff.lo, 4), ", ", signed_text(r.diff.hi, 4), "]") : "-";
-    const std::string i90 =
-        two ? str_cat("[", signed_text(r.diff90.lo, 4), ", ", signed_text(r.diff90.hi, 4), "]") : "-";
+    auto interval = [&](double lo, double hi) {
+      return r.diff.n >= 2 ? str_cat("[", signed_text(lo, 4), ", ", signed_text(hi, 4), "]") : std::string("-");
+    };
+    const std::string i95 = interval(r.diff.lo, r.diff.hi), i90 = interval(r.diff90.lo, r.diff90.hi);
     std::snprintf(line, sizeof line, "%-28s %3d %10.4f %10.4f %10s %22s %22s %9s  %s\n", r.regime.c_str(), r.diff.n,
                   mean_of(r.a), mean_of(r.b), signed_text(r.diff.mean, 4).c_str(), i95.c_str(), i90.c_str(),
                   str_cat(r.b_lower, " of ", r.diff.n).c_str(), verdict(r).c_str());
