@@ -385,6 +385,8 @@ TEST(Compare, PairedDifferencesOverSeedsHandWorked) {
   const std::string no_metric = test::error_of([&] { compare_suites(a, b, "accuracy"); });
   EXPECT_NE(no_metric.find("/runs/full-s0/eval.json"), std::string::npos) << no_metric;
   EXPECT_NE(no_metric.find("'accuracy'"), std::string::npos) << no_metric;
+  EXPECT_NE(test::error_of([&] { compare_suites(a, a + "/.", "val_loss"); }).find("the same suite directory"),
+            std::string::npos);
   const std::string b3 = tmp.path + "/b3";
   run(b3, "full", 7, 5.0);
   EXPECT_NE(test::error_of([&] { compare_suites(a, b3, "val_loss"); }).find("no run of one has a partner"),

@@ -67,6 +67,9 @@ std::string verdict(const CompareRow& r) {
 
 Comparison compare_suites(const std::string& a_dir, const std::string& b_dir, const std::string& metric) {
   const report::SuiteRuns A = report::read_suite(a_dir), B = report::read_suite(b_dir);
+  // a suite against itself pairs every run with itself: every difference 0, which says nothing (a mistyped name)
+  if (std::filesystem::equivalent(a_dir, b_dir))
+    fail("[compare] ", a_dir, " and ", b_dir, " are the same suite directory: compare two suites");
   Comparison c;
   c.a_dir = a_dir, c.b_dir = b_dir, c.metric = metric;
   std::map<std::string, const report::RunData*> in_b;
